@@ -1,0 +1,1 @@
+"""The cascade: VAD → end-of-turn → STT → LLM → streaming TTS, all on the CPU."""

@@ -1,0 +1,498 @@
+"""The cascade agent: decides when the caller is done, answers, and yields on barge-in.
+
+It consumes the front end's output (16 kHz cleaned audio + VAD events, counted in
+samples) and keypad digits, and speaks through `Playback`. Everything slow (end-of-turn
+model, Whisper, Piper) runs in worker threads; the LLM runs in its own process or
+remotely. Speculation hides most of the latency: at the first short pause the
+end-of-turn model and Whisper both start; if the caller goes on talking the work is
+thrown away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from agents.cascade.clauses import ClauseSplitter
+from agents.cascade.llm import ChatModel
+from agents.cascade.stt import SpeechToText, Transcript
+from agents.cascade.tts import TextToSpeech
+from agents.conversation import Conversation, Turn
+from agents.errors import BackendError
+from agents.playback import PHONE_RATE, Playback
+from agents.tasks import cancel_and_wait
+from media.frontend import FrontEndOutput
+from media.vad import SpeechStarted, SpeechStopped
+
+if TYPE_CHECKING:
+    from app.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+RATE = 16000  # front-end output rate
+T = TypeVar("T")
+
+
+class EndOfTurn:
+    """Anything with `predict(audio_16k) -> P(turn complete)`."""
+
+    def predict(self, audio_16k: np.ndarray) -> float:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+
+@dataclass
+class CascadeModels:
+    """The shared, loaded models; one set per process, used by every call."""
+
+    stt: SpeechToText
+    tts: TextToSpeech
+    llm: ChatModel
+    end_of_turn: EndOfTurn
+    # Pre-synthesised lines, so the greeting is instant and the apology works even when
+    # the TTS is the backend that failed.
+    canned: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnTaking:
+    end_of_turn_threshold: float = 0.5
+    min_silence_ms: int = 200
+    max_silence_ms: int = 1200
+    barge_in_min_speech_ms: int = 400
+    echo_margin_db: float = 12.0
+    preroll_ms: int = 300
+    max_utterance_s: float = 20.0
+    digit_timeout_ms: int = 800
+
+
+@dataclass(frozen=True, slots=True)
+class Digits:
+    digits: str
+
+
+@dataclass(slots=True)
+class _Candidate:
+    """A speculative evaluation of the utterance so far, started at a pause."""
+
+    task: asyncio.Task[_Evaluation]
+    speech_end: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Evaluation:
+    probability: float
+    transcript: Transcript
+    elapsed_ms: float
+    error: BackendError | None = None
+
+
+@dataclass
+class TurnTiming:
+    """Per-turn latency parts, in milliseconds (call clock where it matters)."""
+
+    speech_end: int = 0  # 16 kHz sample
+    end_of_turn_ms: float = 0.0
+    stt_ms: float = 0.0
+    llm_first_token_ms: float | None = None
+    tts_first_audio_ms: float | None = None
+    mouth_to_mouth_ms: float | None = None
+
+
+class CascadeAgent:
+    def __init__(
+        self,
+        models: CascadeModels,
+        playback: Playback,
+        conversation: Conversation,
+        *,
+        turn_taking: TurnTaking,
+        metrics: Metrics,
+        greeting: str = "",
+        apology: str = "",
+        on_event: Callable[[str, dict[str, object]], None] | None = None,
+    ) -> None:
+        self.models = models
+        self.playback = playback
+        self.conversation = conversation
+        self.cfg = turn_taking
+        self.metrics = metrics
+        self.greeting = greeting
+        self.apology = apology
+        self._emit = on_event or (lambda _name, _data: None)
+        self._tasks: asyncio.TaskGroup | None = None
+
+        self._preroll: deque[np.ndarray] = deque()
+        self._preroll_samples = 0
+        self._utterance: list[np.ndarray] = []
+        self._collecting = False
+        self._overlap = False  # the current utterance began while the bot was audible
+        self._speaking = False
+        self._speech_end: int | None = None
+        self._position = 0  # 16 kHz samples of front-end output seen
+        self._speech_run = 0  # samples of the current speech run
+        self._barge_samples = 0  # of those, samples louder than the bot's echo
+        self._candidate: _Candidate | None = None
+        self._response: asyncio.Task[None] | None = None
+        self._response_turn: Turn | None = None
+        self._response_audible = False
+        self._committed_turn: Turn | None = None
+        self._digits = ""
+        self._digit_task: asyncio.Task[None] | None = None
+        self.timings: list[TurnTiming] = []
+
+    # --- the loop --------------------------------------------------------------------
+
+    async def run(self, inputs: AsyncIterator[FrontEndOutput | Digits]) -> None:
+        async with asyncio.TaskGroup() as tasks:
+            self._tasks = tasks
+            try:
+                if self.greeting:
+                    self._start_response(None, canned=self.greeting)
+                async for item in inputs:
+                    if isinstance(item, Digits):
+                        self._on_digits(item.digits)
+                    else:
+                        await self._on_audio(item)
+                        await self._maybe_end_turn()
+            finally:
+                # Hang-up: nothing of ours outlives the call.
+                for task in (self._response, self._digit_task):
+                    if task is not None:
+                        task.cancel()
+                if self._candidate is not None:
+                    self._candidate.task.cancel()
+
+    # --- caller audio ------------------------------------------------------------------
+
+    async def _on_audio(self, out: FrontEndOutput) -> None:
+        audio = out.audio
+        self._position = out.start_sample + len(audio)
+        self._remember(audio)
+        for event in out.events:
+            if isinstance(event, SpeechStarted):
+                await self._on_speech_started(event.sample)
+            elif isinstance(event, SpeechStopped):
+                self._on_speech_stopped(event.sample)
+        if self._collecting and not self._starting_now(out):
+            self._utterance.append(audio)
+        if self._speaking:
+            self._speech_run += len(audio)
+            if self._overlap:
+                await self._check_barge_in(out)
+
+    def _starting_now(self, out: FrontEndOutput) -> bool:
+        # A SpeechStarted in this batch already copied it in with the preroll.
+        return any(isinstance(e, SpeechStarted) for e in out.events)
+
+    def _remember(self, audio: np.ndarray) -> None:
+        self._preroll.append(audio)
+        self._preroll_samples += len(audio)
+        limit = RATE * self.cfg.preroll_ms // 1000
+        while self._preroll and self._preroll_samples - len(self._preroll[0]) >= limit:
+            self._preroll_samples -= len(self._preroll.popleft())
+
+    async def _on_speech_started(self, sample: int) -> None:
+        self._speaking = True
+        self._speech_run = 0
+        self._barge_samples = 0
+        self._drop_candidate()
+        self._emit("vad_start", {"sample": sample})
+        if self.playback.audible() or (self._response is not None and self._response_audible):
+            # Over the bot: a backchannel, echo, or the start of a barge-in.
+            self._overlap = True
+            if not self._collecting:
+                self._begin_utterance()
+            return
+        if self._response is not None and not self._response_audible:
+            # The caller went on talking before the reply was heard: the speculative
+            # reply is void and the caller's turn reopens with all its audio.
+            await self._cancel_response(reason="caller_resumed")
+            if self._committed_turn is not None:
+                self.conversation.drop(self._committed_turn)
+                self._committed_turn = None
+            self._collecting = True
+            self._utterance.extend(self._preroll)
+            return
+        if not self._collecting:
+            self._begin_utterance()
+
+    def _begin_utterance(self) -> None:
+        self._collecting = True
+        self._utterance = list(self._preroll)
+        self._speech_end = None
+
+    def _on_speech_stopped(self, sample: int) -> None:
+        self._speaking = False
+        self._speech_end = sample
+        self._emit("vad_stop", {"sample": sample})
+        if not self._collecting:
+            return
+        min_barge = RATE * self.cfg.barge_in_min_speech_ms // 1000
+        if self._overlap and self._speech_run < min_barge:
+            # Short speech over the bot: a backchannel ("mhm") or echo. The bot goes on.
+            self.metrics.backchannels.inc()
+            self._emit("backchannel", {"speech_ms": self._speech_run * 1000 // RATE})
+            self._reset_utterance()
+            return
+        self._overlap = False
+        self._start_candidate(sample)
+
+    async def _check_barge_in(self, out: FrontEndOutput) -> None:
+        if not (self.playback.audible() or self._response is not None):
+            # The bot finished while the caller was speaking: once long enough, this is
+            # simply the caller's turn.
+            if self._speech_run * 1000 // RATE >= self.cfg.barge_in_min_speech_ms:
+                self._overlap = False
+            return
+        # The caller's own voice is far louder on their line than the bot's echo; audio
+        # that isn't clearly above the echo level is not allowed to interrupt.
+        if out.level_db < self.playback.reference_level_db() - self.cfg.echo_margin_db:
+            return
+        self._barge_samples += len(out.audio)
+        if self._barge_samples * 1000 // RATE >= self.cfg.barge_in_min_speech_ms:
+            await self._barge_in()
+
+    async def _barge_in(self) -> None:
+        started = time.perf_counter()
+        await self._cancel_response(reason="barge_in")
+        heard = await self.playback.clear()
+        self.metrics.barge_ins.inc()
+        for record in heard:
+            self.conversation.heard(record.turn_id, record.text)
+            self._emit(
+                "barge_in",
+                {"turn_id": record.turn_id, "heard": record.text, "truncated": record.truncated},
+            )
+        self._emit("clear", {"decision_to_clear_ms": (time.perf_counter() - started) * 1000})
+        self._overlap = False
+
+    def _reset_utterance(self) -> None:
+        self._collecting = False
+        self._overlap = False
+        self._utterance = []
+        self._speech_end = None
+        self._drop_candidate()
+
+    # --- end of turn -------------------------------------------------------------------
+
+    def _start_candidate(self, speech_end: int) -> None:
+        self._drop_candidate()
+        audio = np.concatenate(self._utterance) if self._utterance else np.zeros(0, np.float32)
+        task = self._spawn(self._evaluate(audio), "end-of-turn")
+        self._candidate = _Candidate(task=task, speech_end=speech_end)
+
+    def _drop_candidate(self) -> None:
+        if self._candidate is not None:
+            self._candidate.task.cancel()
+            self._candidate = None
+
+    async def _evaluate(self, audio: np.ndarray) -> _Evaluation:
+        started = time.perf_counter()
+        eot = asyncio.to_thread(self.models.end_of_turn.predict, audio)
+        stt = asyncio.to_thread(self.models.stt.transcribe, audio)
+        try:
+            probability, transcript = await asyncio.gather(eot, stt)
+        except BackendError as exc:
+            # Reported, not raised: an exception here would end the whole call.
+            return _Evaluation(0.0, Transcript("", 1.0), 0.0, error=exc)
+        except Exception as exc:  # the end-of-turn model: onnxruntime errors
+            return _Evaluation(0.0, Transcript("", 1.0), 0.0, error=_eot_error(exc))
+        return _Evaluation(probability, transcript, (time.perf_counter() - started) * 1000)
+
+    async def _maybe_end_turn(self) -> None:
+        candidate = self._candidate
+        if candidate is None or self._speaking:
+            return
+        silence_ms = (self._position - candidate.speech_end) * 1000 // RATE
+        long_turn = sum(len(a) for a in self._utterance) > self.cfg.max_utterance_s * RATE
+        if not candidate.task.done():
+            return
+        self._candidate = None
+        result = candidate.task.result()
+        if result.error is not None:
+            self._failed(result.error)
+            self._reset_utterance()
+            if self.apology:
+                self._start_response(None, canned=self.apology)
+            return
+        probability, transcript, stt_ms = result.probability, result.transcript, result.elapsed_ms
+        complete = probability >= self.cfg.end_of_turn_threshold or long_turn
+        if (
+            not (complete and silence_ms >= self.cfg.min_silence_ms)
+            and silence_ms < self.cfg.max_silence_ms
+        ):
+            # Not done yet by the model's reckoning: keep the result, look again later.
+            self._candidate = candidate
+            return
+        self._emit(
+            "end_of_turn",
+            {
+                "probability": round(probability, 3),
+                "silence_ms": silence_ms,
+                "text": transcript.text,
+            },
+        )
+        timing = TurnTiming(speech_end=candidate.speech_end, stt_ms=stt_ms)
+        timing.end_of_turn_ms = silence_ms
+        self.metrics.end_of_turn_seconds.observe(silence_ms / 1000)
+        self.metrics.stt_seconds.observe(stt_ms / 1000)
+        self._commit(transcript.text, timing)
+
+    def _commit(self, text: str, timing: TurnTiming) -> None:
+        self._collecting = False
+        self._speech_end = None
+        if not text:
+            self._utterance = []
+            self._emit("empty_transcript", {})
+            return
+        self._committed_turn = self.conversation.add_caller(text)
+        self._emit("caller_turn", {"text": text})
+        self._start_response(timing)
+
+    # --- keypad ------------------------------------------------------------------------
+
+    def _on_digits(self, digits: str) -> None:
+        self._digits += digits
+        self._emit("dtmf", {"digits": digits})
+        if self._digit_task is not None:
+            self._digit_task.cancel()
+        self._digit_task = self._spawn(self._digits_done(), "dtmf")
+
+    async def _digits_done(self) -> None:
+        await asyncio.sleep(self.cfg.digit_timeout_ms / 1000)
+        digits, self._digits = self._digits, ""
+        self._digit_task = None
+        if self._response is not None:
+            await self._cancel_response(reason="dtmf")
+            if self.playback.audible():
+                for record in await self.playback.clear():
+                    self.conversation.heard(record.turn_id, record.text)
+        self._committed_turn = self.conversation.add_digits(digits)
+        self._start_response(TurnTiming(speech_end=self._position))
+
+    # --- the bot's turn ----------------------------------------------------------------
+
+    def _start_response(self, timing: TurnTiming | None, *, canned: str = "") -> None:
+        turn = self.conversation.start_bot()
+        self._response_turn = turn
+        self._response_audible = False
+        self._response = self._spawn(self._respond(turn, timing, canned), "respond")
+
+    async def _cancel_response(self, *, reason: str) -> None:
+        task, self._response = self._response, None
+        if task is None or task.done():
+            return
+        await cancel_and_wait(task)
+        turn = self._response_turn
+        if turn is not None and not self._response_audible:
+            self.conversation.drop(turn)
+        self._emit("response_cancelled", {"reason": reason})
+
+    async def _respond(self, turn: Turn, timing: TurnTiming | None, canned: str) -> None:
+        try:
+            if canned:
+                await self._speak_canned(turn, canned)
+            else:
+                await self._generate(turn, timing)
+        except* BackendError as group:
+            for exc in group.exceptions:
+                self._failed(exc)
+            if self.apology and not self._response_audible:
+                turn.intended = ""
+                await self._speak_canned(turn, self.apology)
+        finally:
+            if self._response is asyncio.current_task():
+                self._response = None
+        if timing is not None:
+            self.timings.append(timing)
+
+    async def _speak_canned(self, turn: Turn, text: str) -> None:
+        pcm = self.models.canned.get(text)
+        if pcm is None:
+            pcm = await asyncio.to_thread(self.models.tts.synthesize, text)
+        await self._play(turn, pcm, text)
+
+    async def _play(self, turn: Turn, pcm: np.ndarray, text: str) -> int:
+        starts_at = await self.playback.play(pcm, self.models.tts.sample_rate, text, turn.turn_id)
+        if not self._response_audible:
+            self._response_audible = True
+            self._utterance = []  # the caller's turn is now answered: keep no stale audio
+            self._committed_turn = None
+        turn.intended = f"{turn.intended} {text}".strip()
+        if not turn.truncated:
+            turn.text = turn.intended
+        return starts_at
+
+    async def _generate(self, turn: Turn, timing: TurnTiming | None) -> None:
+        started = time.perf_counter()
+        clauses: asyncio.Queue[str | None] = asyncio.Queue()
+        messages = self.conversation.messages()
+
+        async def write() -> None:
+            splitter = ClauseSplitter()
+            first = True
+            try:
+                async for delta in self.models.llm.stream(messages):
+                    if first:
+                        first = False
+                        elapsed = time.perf_counter() - started
+                        self.metrics.llm_first_token_seconds.observe(elapsed)
+                        if timing is not None:
+                            timing.llm_first_token_ms = elapsed * 1000
+                    for clause in splitter.feed(delta):
+                        clauses.put_nowait(clause)
+                for clause in splitter.flush():
+                    clauses.put_nowait(clause)
+            finally:
+                clauses.put_nowait(None)
+
+        async def speak() -> None:
+            first = True
+            while (clause := await clauses.get()) is not None:
+                pcm = await asyncio.to_thread(self.models.tts.synthesize, clause)
+                if first:
+                    first = False
+                    elapsed = time.perf_counter() - started
+                    self.metrics.tts_first_audio_seconds.observe(elapsed)
+                    if timing is not None:
+                        timing.tts_first_audio_ms = elapsed * 1000
+                starts_at = await self._play(turn, pcm, clause)
+                if timing is not None and timing.mouth_to_mouth_ms is None:
+                    # Speech end (16 kHz clock) to the reply's expected start at the ear
+                    # (8 kHz clock): both count caller audio received.
+                    gap = starts_at / PHONE_RATE - timing.speech_end / RATE
+                    timing.mouth_to_mouth_ms = gap * 1000
+                    self.metrics.mouth_to_mouth_seconds.observe(max(gap, 0.0))
+            if first:
+                self._emit("empty_reply", {})
+
+        async with asyncio.TaskGroup() as group:
+            group.create_task(write())
+            group.create_task(speak())
+        self._emit("bot_turn", {"turn_id": turn.turn_id, "text": turn.intended})
+
+    # --- plumbing ----------------------------------------------------------------------
+
+    def _failed(self, exc: BaseException) -> None:
+        stage = getattr(exc, "stage", "agent")
+        self.metrics.errors.labels(stage=stage).inc()
+        self._emit("backend_error", {"stage": stage, "error": str(exc)})
+        log.warning("backend failed (%s): %s", stage, exc)
+
+    def _spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
+        assert self._tasks is not None, "the agent is not running"
+        return self._tasks.create_task(coro, name=name)
+
+
+def _eot_error(exc: Exception) -> BackendError:
+    error = BackendError(f"end-of-turn model failed: {exc}")
+    error.stage = "end_of_turn"
+    error.__cause__ = exc
+    return error

@@ -1,0 +1,189 @@
+"""The language model: any OpenAI-compatible endpoint, streamed.
+
+With no endpoint configured, `EmbeddedLlamaServer` runs `llama_cpp.server` on 127.0.0.1
+over the bundled GGUF, and the same client talks to it: one code path for a hosted model
+and the local one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import httpx
+import openai
+
+from agents.errors import BackendUnavailable, LanguageModelError
+
+log = logging.getLogger(__name__)
+
+Message = dict[str, str]
+
+
+class ChatModel(Protocol):
+    def stream(self, messages: Sequence[Message]) -> AsyncIterator[str]:
+        """Text deltas of the reply. Raises LanguageModelError."""
+        ...
+
+
+class OpenAIChat:
+    """Streams chat completions through the `openai` client."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str = "",
+        max_tokens: int = 80,
+        temperature: float = 0.3,
+        first_token_timeout_s: float = 8.0,
+    ) -> None:
+        self.model = model
+        self._max_tokens = max_tokens
+        self._temperature = temperature
+        self._first_token_timeout = first_token_timeout_s
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key=api_key or "not-needed",
+            max_retries=0,  # a retry costs the caller seconds of silence: fail fast, apologise
+            timeout=httpx.Timeout(30.0, connect=3.0),
+        )
+
+    async def stream(self, messages: Sequence[Message]) -> AsyncIterator[str]:
+        try:
+            async with asyncio.timeout(self._first_token_timeout):
+                response = await self._client.chat.completions.create(
+                    model=self.model,
+                    messages=list(messages),  # type: ignore[arg-type]
+                    max_tokens=self._max_tokens,
+                    temperature=self._temperature,
+                    stream=True,
+                )
+            async with response:
+                async for chunk in response:
+                    if not chunk.choices:
+                        continue
+                    delta = chunk.choices[0].delta.content
+                    if delta:
+                        yield delta
+        except TimeoutError as exc:
+            raise LanguageModelError(
+                f"no reply from {self.model} within {self._first_token_timeout:.1f} s"
+            ) from exc
+        except openai.OpenAIError as exc:
+            raise LanguageModelError(f"{type(exc).__name__}: {exc}") from exc
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedLlamaServer:
+    """`python -m llama_cpp.server` as a child process on 127.0.0.1.
+
+    A separate process keeps llama.cpp's threads off our event loop and lets the OS
+    schedule it against STT/TTS. Its prompt cache keeps the system prompt's KV state, so
+    only each turn's new tokens are evaluated.
+    """
+
+    def __init__(
+        self, model_path: Path, *, port: int = 0, threads: int = 2, context: int = 2048
+    ) -> None:
+        self.model_path = model_path
+        self.port = port or _free_port()
+        self.threads = threads
+        self.context = context
+        self.model_name = model_path.stem
+        self._process: asyncio.subprocess.Process | None = None
+        self._log_task: asyncio.Task[None] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def start(self, ready_timeout_s: float = 120.0) -> None:
+        command = [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(self.model_path),
+            "--model_alias",
+            self.model_name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--n_ctx",
+            str(self.context),
+            "--n_threads",
+            str(self.threads),
+            "--n_threads_batch",
+            str(self.threads),
+            "--cache",
+            "true",
+            "--verbose",
+            "false",
+        ]
+        log.info("starting embedded LLM server on 127.0.0.1:%d (%s)", self.port, self.model_name)
+        self._process = await asyncio.create_subprocess_exec(
+            *command,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self._log_task = asyncio.create_task(self._forward_logs(), name="llama-server-logs")
+        deadline = time.monotonic() + ready_timeout_s
+        async with httpx.AsyncClient() as client:
+            while time.monotonic() < deadline:
+                if self._process.returncode is not None:
+                    raise BackendUnavailable(
+                        f"embedded LLM server exited with code {self._process.returncode}"
+                    )
+                with contextlib.suppress(httpx.HTTPError):
+                    reply = await client.get(f"{self.base_url}/models", timeout=1.0)
+                    if reply.status_code == 200:
+                        return
+                await asyncio.sleep(0.2)
+        await self.stop()
+        raise BackendUnavailable(f"embedded LLM server not ready after {ready_timeout_s:.0f} s")
+
+    async def _forward_logs(self) -> None:
+        assert self._process is not None and self._process.stderr is not None
+        async for line in self._process.stderr:
+            text = line.decode(errors="replace").rstrip()
+            if text:
+                log.debug("llama-server: %s", text)
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.returncode is None
+
+    async def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.returncode is None:
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), 10)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        if self._log_task is not None:
+            self._log_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._log_task
+            self._log_task = None

@@ -1,0 +1,51 @@
+"""Text to speech with Piper, loaded from the verified model cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from agents.errors import TextToSpeechError
+
+
+class TextToSpeech(Protocol):
+    sample_rate: int
+
+    def synthesize(self, text: str) -> np.ndarray:
+        """Blocking: float32 mono at `sample_rate`. Call it from a worker thread."""
+        ...
+
+
+class PiperSpeaker:
+    def __init__(self, model_path: Path, *, threads: int = 2, speed: float = 1.0) -> None:
+        import onnxruntime
+        from piper import PiperVoice, SynthesisConfig
+        from piper.config import PiperConfig
+        from piper.voice import ESPEAK_DATA_DIR
+
+        config = json.loads(Path(f"{model_path}.json").read_text(encoding="utf-8"))
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self._voice = PiperVoice(
+            config=PiperConfig.from_dict(config),
+            session=onnxruntime.InferenceSession(
+                str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
+            ),
+            espeak_data_dir=Path(ESPEAK_DATA_DIR),
+        )
+        # length_scale > 1 is slower speech.
+        self._config = SynthesisConfig(length_scale=1.0 / max(speed, 0.1))
+        self.sample_rate: int = self._voice.config.sample_rate
+
+    def synthesize(self, text: str) -> np.ndarray:
+        try:
+            chunks = [c.audio_float_array for c in self._voice.synthesize(text, self._config)]
+        except Exception as exc:  # onnxruntime and the phonemizer raise assorted errors
+            raise TextToSpeechError(f"piper failed on {text!r}: {exc}") from exc
+        if not chunks:
+            return np.zeros(0, dtype=np.float32)
+        return np.concatenate(chunks).astype(np.float32, copy=False)

@@ -1,0 +1,89 @@
+"""The conversation as the caller experienced it.
+
+The bot's turns hold what the caller actually heard: when a barge-in cuts the bot off,
+its turn is cut to the words that played, so the model never believes it said more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Speaker(StrEnum):
+    CALLER = "caller"
+    BOT = "bot"
+
+
+@dataclass(slots=True)
+class Turn:
+    speaker: Speaker
+    text: str
+    turn_id: int
+    truncated: bool = False
+    intended: str = ""  # for a bot turn: everything it meant to say
+    meta: dict[str, float] = field(default_factory=dict)
+
+
+class Conversation:
+    def __init__(self, persona: str, *, max_turns: int = 12) -> None:
+        self.persona = persona
+        self.max_turns = max_turns
+        self.turns: list[Turn] = []
+        self._next_id = 0
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def add_caller(self, text: str) -> Turn:
+        """A caller turn; consecutive caller turns merge (the bot never answered between)."""
+        if self.turns and self.turns[-1].speaker is Speaker.CALLER:
+            last = self.turns[-1]
+            last.text = f"{last.text} {text}".strip()
+            return last
+        turn = Turn(Speaker.CALLER, text, self._new_id())
+        self.turns.append(turn)
+        return turn
+
+    def add_digits(self, digits: str) -> Turn:
+        return self.add_caller(f"(The caller pressed {' '.join(digits)} on the keypad.)")
+
+    def start_bot(self) -> Turn:
+        turn = Turn(Speaker.BOT, "", self._new_id())
+        self.turns.append(turn)
+        return turn
+
+    def drop(self, turn: Turn) -> None:
+        """Forget a turn that never reached the caller (a speculative reply thrown away)."""
+        if turn in self.turns:
+            self.turns.remove(turn)
+
+    def bot_turn(self, turn_id: int) -> Turn | None:
+        for turn in reversed(self.turns):
+            if turn.turn_id == turn_id and turn.speaker is Speaker.BOT:
+                return turn
+        return None
+
+    def heard(self, turn_id: int, text: str) -> None:
+        """The caller interrupted: the bot's turn becomes what was actually played."""
+        turn = self.bot_turn(turn_id)
+        if turn is None:
+            return
+        turn.truncated = True
+        turn.text = text
+        if not text:
+            self.turns.remove(turn)
+
+    def messages(self) -> list[dict[str, str]]:
+        """Chat messages for the LLM: persona first, then the last turns that fit."""
+        recent = [t for t in self.turns if t.text][-self.max_turns :]
+        messages = [{"role": "system", "content": self.persona}]
+        for turn in recent:
+            role = "user" if turn.speaker is Speaker.CALLER else "assistant"
+            content = turn.text + (" —" if turn.truncated else "")
+            if messages[-1]["role"] == role:
+                messages[-1]["content"] += " " + content
+            else:
+                messages.append({"role": role, "content": content})
+        return messages

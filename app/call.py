@@ -1,0 +1,138 @@
+"""One phone call: Twilio events in, front end, agent, bot audio out.
+
+Frames flow one way. The receive loop turns Twilio's messages into inbound audio (on the
+clock of `media.timestamp`), keypad digits and mark echoes; the front-end task cleans
+the audio and finds speech in a worker thread; the agent decides what to say; Playback
+sends it back. One TaskGroup owns every task; the call ends when the caller hangs up,
+the socket drops, or a task fails, and everything is cancelled with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from agents.cascade.agent import CascadeAgent, CascadeModels, Digits, TurnTaking
+from agents.conversation import Conversation
+from agents.playback import Playback
+from agents.tasks import cancel_and_wait
+from media.frontend import FrontEnd, FrontEndOutput
+from media.inbound import InboundAudioClock
+from telephony.protocol import Dtmf, Mark, Media, Start, Stop
+from telephony.stream import TwilioStream
+
+if TYPE_CHECKING:
+    from app.metrics import Metrics
+    from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_END = object()
+
+
+class CallSession:
+    def __init__(
+        self,
+        start: Start,
+        stream: TwilioStream,
+        *,
+        settings: Settings,
+        models: CascadeModels,
+        metrics: Metrics,
+    ) -> None:
+        self.start = start
+        self.call_sid = start.call_sid
+        self.stream = stream
+        self.settings = settings
+        self.metrics = metrics
+        self.inbound = InboundAudioClock(sample_rate=8000)
+        self.frontend = FrontEnd(denoise=settings.denoise, vad_start=settings.vad_threshold)
+        self.playback = Playback(stream, self.now, chunk_ms=settings.chunk_ms)
+        self.conversation = Conversation(settings.persona(), max_turns=settings.history_turns)
+        self.agent = CascadeAgent(
+            models,
+            self.playback,
+            self.conversation,
+            turn_taking=TurnTaking(
+                end_of_turn_threshold=settings.end_of_turn_threshold,
+                min_silence_ms=settings.end_of_turn_min_silence_ms,
+                max_silence_ms=settings.end_of_turn_max_silence_ms,
+                barge_in_min_speech_ms=settings.barge_in_min_speech_ms,
+                echo_margin_db=settings.echo_margin_db,
+            ),
+            metrics=metrics,
+            greeting=settings.greeting,
+            apology=settings.apology,
+            on_event=self._log_event,
+        )
+        self._audio: asyncio.Queue[bytes | object] = asyncio.Queue()
+        self._agent_inputs: asyncio.Queue[FrontEndOutput | Digits | object] = asyncio.Queue()
+        self.outcome = "hangup"
+
+    def now(self) -> int:
+        """The call clock: 8 kHz samples of caller audio received (gaps filled)."""
+        return self.inbound.position
+
+    def _log_event(self, name: str, data: dict[str, object]) -> None:
+        log.info("call %s: %s %s", self.call_sid, name, data)
+
+    async def run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                frontend = tasks.create_task(self._frontend_loop(), name="frontend")
+                agent = tasks.create_task(self.agent.run(self._agent_stream()), name="agent")
+                await self._receive_loop()
+                # The caller is gone: nothing more to say or hear.
+                await cancel_and_wait(agent)
+                await cancel_and_wait(frontend)
+        except* Exception as group:
+            self.outcome = "error"
+            for exc in group.exceptions:
+                self.metrics.errors.labels(stage="call").inc()
+                log.error("call %s failed", self.call_sid, exc_info=exc)
+        finally:
+            self.frontend.close()
+
+    async def _receive_loop(self) -> None:
+        while (event := await self.stream.receive()) is not None:
+            if isinstance(event, Media):
+                if event.track not in ("inbound", "inbound_track"):
+                    continue
+                self._audio.put_nowait(self.inbound.push(event.timestamp_ms, event.payload))
+            elif isinstance(event, Mark):
+                if not self.playback.echoed(event.name):
+                    log.debug(
+                        "call %s: mark %r not pending (after clear?)", self.call_sid, event.name
+                    )
+            elif isinstance(event, Dtmf):
+                self._agent_inputs.put_nowait(Digits(event.digit))
+            elif isinstance(event, Stop):
+                self.outcome = "completed"
+                return
+            elif isinstance(event, Start):
+                log.warning("call %s: second start event ignored", self.call_sid)
+        self.outcome = "disconnected"
+
+    async def _frontend_loop(self) -> None:
+        while True:
+            first = await self._audio.get()
+            batch = [first]
+            while not self._audio.empty():
+                batch.append(self._audio.get_nowait())
+            # One thread hop per batch: cheap when frames arrive one by one, and it
+            # catches up in one go after a stall.
+            data = b"".join(b for b in batch if isinstance(b, bytes))
+            started = time.perf_counter()
+            out = await asyncio.to_thread(self.frontend.process, data)
+            self.metrics.frontend_seconds.inc(time.perf_counter() - started)
+            self._agent_inputs.put_nowait(out)
+
+    async def _agent_stream(self) -> AsyncIterator[FrontEndOutput | Digits]:
+        while True:
+            item = await self._agent_inputs.get()
+            if item is _END:
+                return
+            yield item  # type: ignore[misc]

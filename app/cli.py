@@ -1,0 +1,110 @@
+"""`offhook` — serve the bot, prepare models, simulate a caller, benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from app.settings import Settings, SettingsError
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.main import create_app
+
+    overrides = {}
+    if args.host:
+        overrides["host"] = args.host
+    if args.port:
+        overrides["port"] = args.port
+    settings = Settings.from_env(**overrides)
+    _configure_logging(settings.log_level)
+    app = create_app(settings)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        ws_max_size=1 << 20,  # Twilio frames are ~300 bytes; refuse absurd ones early
+        ws_ping_interval=None,  # Twilio does not answer pings reliably; it closes itself
+        proxy_headers=True,
+        ws="websockets-sansio",
+    )
+    return 0
+
+
+def models(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from app.assets import ModelCache
+
+    console = Console()
+    settings = Settings.from_env()
+    cache = ModelCache(settings.model_cache_dir)
+    paths = cache.prepare_all(progress=lambda name: console.print(f"checking [bold]{name}[/]"))
+    for name, path in paths.items():
+        console.print(f"[green]ok[/] {name}: {path}")
+    return 0
+
+
+def show_settings(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("variable", "value", "meaning")
+    for row in Settings.describe(Settings.from_env()):
+        table.add_row(*row)
+    Console().print(table)
+    return 0
+
+
+def simulate(argv: list[str]) -> int:
+    from ops.simulate import main as simulate_main
+
+    return simulate_main(argv)
+
+
+def bench(argv: list[str]) -> int:
+    from ops.bench import main as bench_main
+
+    return bench_main(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # simulate and bench own their arguments.
+    if argv and argv[0] == "simulate":
+        return simulate(argv[1:])
+    if argv and argv[0] == "bench":
+        return bench(argv[1:])
+    parser = argparse.ArgumentParser(prog="offhook", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve_parser = commands.add_parser("serve", help="run the phone bot (settings from env)")
+    serve_parser.add_argument("--host", default="")
+    serve_parser.add_argument("--port", type=int, default=0)
+    serve_parser.set_defaults(func=serve)
+    commands.add_parser("models", help="assemble and verify the bundled models").set_defaults(
+        func=models
+    )
+    commands.add_parser("settings", help="list every setting").set_defaults(func=show_settings)
+    commands.add_parser("simulate", help="call a running server as Twilio would (see --help)")
+    commands.add_parser("bench", help="latency and CPU benchmarks (see --help)")
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except SettingsError as exc:
+        print(f"offhook: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

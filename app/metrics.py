@@ -1,0 +1,62 @@
+"""Prometheus metrics, on a registry owned by the app (no global state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+# Seconds; phone latency lives between 50 ms and a few seconds.
+_LATENCY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25, 1.5, 2, 3, 5, 10)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.active_calls = Gauge("offhook_active_calls", "Calls in progress.", registry=r)
+        self.calls = Counter(
+            "offhook_calls", "Calls handled, by how they ended.", ["outcome"], registry=r
+        )
+        self.rejected_calls = Counter(
+            "offhook_rejected_calls", "Calls refused, by reason.", ["reason"], registry=r
+        )
+        self.end_of_turn_seconds = self._histogram(
+            "offhook_end_of_turn_seconds", "Caller speech end to end-of-turn decision."
+        )
+        self.stt_seconds = self._histogram("offhook_stt_seconds", "Speech-to-text time per turn.")
+        self.llm_first_token_seconds = self._histogram(
+            "offhook_llm_first_token_seconds", "Reply start to the LLM's first token."
+        )
+        self.tts_first_audio_seconds = self._histogram(
+            "offhook_tts_first_audio_seconds", "Reply start to the first synthesised audio."
+        )
+        self.mouth_to_mouth_seconds = self._histogram(
+            "offhook_mouth_to_mouth_seconds",
+            "Caller speech end to the reply's first audio playing (call clock).",
+        )
+        self.barge_ins = Counter(
+            "offhook_barge_ins", "Caller interruptions (clear sent).", registry=r
+        )
+        self.backchannels = Counter(
+            "offhook_backchannels",
+            "Short caller speech over the bot that did not stop it.",
+            registry=r,
+        )
+        self.errors = Counter("offhook_errors", "Failures, by stage.", ["stage"], registry=r)
+        self.protocol_errors = Counter(
+            "offhook_protocol_errors",
+            "Invalid messages from Twilio, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.frontend_seconds = Counter(
+            "offhook_frontend_cpu_seconds", "Time spent in the audio front end.", registry=r
+        )
+
+    def _histogram(self, name: str, doc: str) -> Histogram:
+        return Histogram(name, doc, buckets=_LATENCY_BUCKETS, registry=self.registry)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,241 @@
+"""The one settings object, read from environment variables.
+
+Every variable is documented in the README's "Settings" table; `Settings.describe()`
+prints them with their current values (secrets masked) for `offhook settings`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+class SettingsError(ValueError):
+    """An environment variable holds a value its setting cannot take."""
+
+
+def _env_field(env: str, default: Any, doc: str, *, secret: bool = False) -> Any:
+    return field(default=default, metadata={"env": env, "doc": doc, "secret": secret})
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # --- server and Twilio -------------------------------------------------------------
+    host: str = _env_field("HOST", "0.0.0.0", "Interface `offhook serve` listens on.")
+    port: int = _env_field("PORT", 8080, "Port `offhook serve` listens on.")
+    public_url: str = _env_field(
+        "PUBLIC_URL",
+        "",
+        "Public base URL Twilio reaches us at (https://bot.example.com). Used for the "
+        "stream URL in TwiML and for signature checks. Empty: taken from the request's "
+        "Host header (local development only).",
+    )
+    twilio_auth_token: str = _env_field(
+        "TWILIO_AUTH_TOKEN",
+        "",
+        "Twilio auth token. When set, every webhook and stream handshake must carry a "
+        "valid X-Twilio-Signature (403 / close 1008 otherwise).",
+        secret=True,
+    )
+    twilio_account_sid: str = _env_field(
+        "TWILIO_ACCOUNT_SID", "", "Twilio account SID, for REST call control (hang up)."
+    )
+    call_token_secret: str = _env_field(
+        "CALL_TOKEN_SECRET",
+        "",
+        "Secret for the per-call token passed as a <Parameter> and checked at stream "
+        "start. Empty: derived from TWILIO_AUTH_TOKEN, or random per process.",
+        secret=True,
+    )
+    max_calls: int = _env_field(
+        "MAX_CALLS", 4, "Concurrent calls; further callers hear a busy message."
+    )
+    # --- conversation ------------------------------------------------------------------
+    greeting: str = _env_field(
+        "GREETING",
+        "Hello! Thanks for calling. How can I help you today?",
+        "Spoken when a call starts. Empty: the bot waits for the caller.",
+    )
+    system_prompt: str = _env_field(
+        "SYSTEM_PROMPT",
+        "You are a friendly, helpful phone assistant. Answer in one or two short "
+        "sentences of plain spoken English. No lists, no markdown, no emoji.",
+        "The persona / system prompt (overridden by SYSTEM_PROMPT_FILE).",
+    )
+    system_prompt_file: str = _env_field(
+        "SYSTEM_PROMPT_FILE", "", "Path of a text file holding the persona / system prompt."
+    )
+    apology: str = _env_field(
+        "APOLOGY_TEXT",
+        "Sorry, I'm having trouble right now. Could you say that again?",
+        "Spoken when a model backend fails mid-call.",
+    )
+    history_turns: int = _env_field(
+        "HISTORY_TURNS", 12, "Conversation turns kept in the LLM context (compact = fast)."
+    )
+    # --- front end and turn taking -----------------------------------------------------
+    denoise: bool = _env_field("DENOISE", True, "RNNoise noise suppression on caller audio.")
+    vad_threshold: float = _env_field(
+        "VAD_THRESHOLD", 0.5, "Silero speech probability that starts speech."
+    )
+    end_of_turn_threshold: float = _env_field(
+        "END_OF_TURN_THRESHOLD", 0.5, "Smart Turn probability that calls a turn complete."
+    )
+    end_of_turn_min_silence_ms: int = _env_field(
+        "END_OF_TURN_MIN_SILENCE_MS",
+        200,
+        "Silence after speech before the end-of-turn model is asked.",
+    )
+    end_of_turn_max_silence_ms: int = _env_field(
+        "END_OF_TURN_MAX_SILENCE_MS",
+        1200,
+        "Silence that ends the turn even when the model thinks the caller is not done.",
+    )
+    barge_in_min_speech_ms: int = _env_field(
+        "BARGE_IN_MIN_SPEECH_MS",
+        400,
+        "Caller speech over the bot needed to interrupt it. Shorter speech (a backchannel "
+        "such as 'mhm' or 'okay') lets the bot go on.",
+    )
+    echo_margin_db: float = _env_field(
+        "ECHO_MARGIN_DB",
+        12.0,
+        "Caller audio quieter than the bot's own playing audio minus this margin is taken "
+        "for echo of the bot and cannot interrupt it.",
+    )
+    # --- models ------------------------------------------------------------------------
+    model_cache_dir: str = _env_field(
+        "OFFHOOK_CACHE_DIR",
+        str(Path.home() / ".cache" / "offhook"),
+        "Folder the bundled model files are assembled into (sha256-checked).",
+    )
+    stt_model: str = _env_field(
+        "STT_MODEL",
+        "tiny.en",
+        "Whisper model: 'tiny.en' (bundled, fastest), 'base' (bundled, more accurate, "
+        "~250 ms slower per turn) or a path to a CTranslate2 model folder.",
+    )
+    stt_language: str = _env_field("STT_LANGUAGE", "en", "Language spoken by callers.")
+    model_threads: int = _env_field(
+        "MODEL_THREADS", 2, "Threads each CPU model (STT, TTS, LLM) may use."
+    )
+    llm_base_url: str = _env_field(
+        "LLM_BASE_URL",
+        "",
+        "OpenAI-compatible endpoint (https://api.openai.com/v1, a vLLM server, ...). "
+        "Empty: `offhook serve` starts the embedded llama.cpp server.",
+    )
+    llm_model: str = _env_field("LLM_MODEL", "", "Model name sent to the LLM endpoint.")
+    llm_api_key: str = _env_field("LLM_API_KEY", "", "API key for the LLM endpoint.", secret=True)
+    llm_max_tokens: int = _env_field("LLM_MAX_TOKENS", 80, "Longest reply, in tokens.")
+    llm_temperature: float = _env_field("LLM_TEMPERATURE", 0.3, "LLM sampling temperature.")
+    llm_timeout_s: float = _env_field(
+        "LLM_TIMEOUT_S", 8.0, "A reply not started within this is a failed backend."
+    )
+    llm_gguf: str = _env_field(
+        "LLM_GGUF", "", "GGUF file for the embedded server. Empty: bundled SmolLM2-135M."
+    )
+    llm_embedded_port: int = _env_field(
+        "LLM_EMBEDDED_PORT", 0, "Port of the embedded llama.cpp server (0: pick a free one)."
+    )
+    tts_voice: str = _env_field(
+        "TTS_VOICE", "", "Piper voice .onnx file. Empty: bundled en_US joe (medium)."
+    )
+    tts_speed: float = _env_field("TTS_SPEED", 1.0, "Speaking rate (1.0 = the voice's own).")
+    # --- playout -----------------------------------------------------------------------
+    chunk_ms: int = _env_field(
+        "CHUNK_MS",
+        100,
+        "Bot audio is sent in chunks of this length, each followed by a mark; smaller "
+        "chunks make barge-in truncation more exact.",
+    )
+    # --- recording and logging ---------------------------------------------------------
+    data_dir: str = _env_field("DATA_DIR", "./data", "Where call records are written.")
+    log_level: str = _env_field("LOG_LEVEL", "INFO", "Python logging level.")
+
+    _token_fallback: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Build settings from environment variables; keyword overrides win."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            env = f.metadata.get("env")
+            if env is None or env not in environ:
+                continue
+            values[f.name] = _coerce(env, environ[env], type(f.default))
+        values.update(overrides)
+        settings = cls(**values)
+        settings.check()
+        return settings
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+    def check(self) -> None:
+        """Refuse combinations that cannot work, naming the variable to fix."""
+        if self.public_url and not self.public_url.startswith(("http://", "https://")):
+            raise SettingsError(
+                f"PUBLIC_URL must start with http:// or https://, got {self.public_url!r}"
+            )
+        if not 20 <= self.chunk_ms <= 1000:
+            raise SettingsError(f"CHUNK_MS must be within 20..1000, got {self.chunk_ms}")
+        if self.end_of_turn_max_silence_ms < self.end_of_turn_min_silence_ms:
+            raise SettingsError("END_OF_TURN_MAX_SILENCE_MS must be >= END_OF_TURN_MIN_SILENCE_MS")
+        if self.max_calls < 1:
+            raise SettingsError(f"MAX_CALLS must be >= 1, got {self.max_calls}")
+        if self.llm_base_url and not self.llm_model:
+            raise SettingsError("LLM_MODEL must name a model when LLM_BASE_URL is set")
+
+    @property
+    def token_secret(self) -> bytes:
+        """Secret for per-call tokens: explicit, else tied to the auth token, else random."""
+        if self.call_token_secret:
+            return self.call_token_secret.encode()
+        if self.twilio_auth_token:
+            return b"offhook-call-token:" + self.twilio_auth_token.encode()
+        return self._token_fallback.encode()
+
+    def persona(self) -> str:
+        if self.system_prompt_file:
+            return Path(self.system_prompt_file).read_text(encoding="utf-8").strip()
+        return self.system_prompt
+
+    @classmethod
+    def describe(cls, current: Settings | None = None) -> list[tuple[str, str, str]]:
+        """(variable, value, meaning) for every setting."""
+        rows = []
+        for f in fields(cls):
+            env = f.metadata.get("env")
+            if env is None:
+                continue
+            value = getattr(current, f.name) if current else f.default
+            if f.metadata.get("secret") and value:
+                value = "***"
+            rows.append((env, str(value), f.metadata["doc"]))
+        return rows
+
+
+def _coerce(env: str, raw: str, kind: type) -> Any:
+    raw = raw.strip()
+    try:
+        if kind is bool:
+            lowered = raw.lower()
+            if lowered in {"1", "true", "yes", "on"}:
+                return True
+            if lowered in {"0", "false", "no", "off", ""}:
+                return False
+            raise ValueError(raw)
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            return float(raw)
+    except ValueError:
+        raise SettingsError(f"{env} must be a {kind.__name__}, got {raw!r}") from None
+    return raw

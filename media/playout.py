@@ -1,0 +1,234 @@
+"""What the caller has actually heard of the bot: a playout schedule kept honest by marks.
+
+The bot sends audio to Twilio faster than real time, each chunk followed by a
+uniquely named mark. Twilio echoes a mark once everything before it has played,
+and on `clear` discards unplayed audio and echoes every pending mark at once, so
+an echo after a clear means "discarded", not "played". Between echoes the clock
+estimates playback from the schedule: chunks play back to back, each starting at
+max(sent time, end of the previous one); every echo re-anchors the schedule.
+
+All times are samples on the 8 kHz call clock.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["ChunkRecord", "Heard", "PlayoutClock"]
+
+_SILENCE_DB = -120.0
+_FRAME = 160  # one 20 ms media frame at 8 kHz: slack for audible()
+
+
+@dataclass
+class ChunkRecord:
+    """One sent chunk and where the schedule expects it to play."""
+
+    name: str
+    turn_id: int
+    text: str
+    samples: int
+    sent_at: int
+    expected_start: int
+    expected_end: int
+    pcm: np.ndarray | None = field(default=None, repr=False)  # float32, only while needed
+
+
+@dataclass(frozen=True)
+class Heard:
+    """How much of a turn the caller heard before a barge-in cleared the rest."""
+
+    turn_id: int
+    text: str
+    played_samples: int
+    truncated: bool
+
+
+def _join(left: str, right: str) -> str:
+    """Concatenate text pieces, adding a space when neither side brings one."""
+    if not left:
+        return right
+    if not right:
+        return left
+    if left[-1].isspace() or right[0].isspace():
+        return left + right
+    return f"{left} {right}"
+
+
+def _cut_at_word(text: str, fraction: float) -> str:
+    """The first `fraction` of `text`, cut back to the last whole word."""
+    if fraction >= 1.0:
+        return text
+    cut = int(len(text) * max(0.0, fraction))
+    if cut < len(text) and not text[cut].isspace():
+        # Mid-word: the caller did not hear this word in full, so drop it.
+        cut = text.rfind(" ", 0, cut + 1)
+        if cut < 0:
+            return ""
+    return text[:cut].rstrip()
+
+
+class PlayoutClock:
+    """Mirrors Twilio's playback of the bot's audio for one call."""
+
+    def __init__(self, sample_rate: int = 8000, history_samples: int | None = None) -> None:
+        self.sample_rate = sample_rate
+        self._history_samples = sample_rate if history_samples is None else history_samples
+        self._pending: OrderedDict[str, ChunkRecord] = OrderedDict()
+        self._cleared: set[str] = set()  # names whose (late) echoes mean "discarded"
+        self._heard: dict[int, str] = {}  # turn_id -> text heard so far
+        self._heard_samples: dict[int, int] = {}
+        # Recently played audio for echo detection: (start, end, pcm) on the schedule.
+        self._played: deque[tuple[int, int, np.ndarray]] = deque()
+        self._tail = 0  # expected end of the last scheduled chunk
+        self._marks_issued = 0
+
+    def new_mark_name(self) -> str:
+        self._marks_issued += 1
+        return f"m{self._marks_issued}"
+
+    def sent(
+        self,
+        name: str,
+        samples: int,
+        text: str,
+        turn_id: int,
+        now: int,
+        pcm: np.ndarray | None = None,
+    ) -> None:
+        """Record a chunk of `samples` audio sent at `now`, followed by mark `name`."""
+        if name in self._pending or name in self._cleared:
+            raise ValueError(f"mark name {name!r} already in use")
+        if samples < 0:
+            raise ValueError(f"samples must be >= 0, got {samples}")
+        audio: np.ndarray | None = None
+        if pcm is not None:
+            arr = np.asarray(pcm)
+            if arr.size != samples:
+                raise ValueError(f"pcm has {arr.size} samples, chunk says {samples}")
+            audio = (
+                arr.astype(np.float32) / np.float32(32768.0)
+                if arr.dtype == np.int16
+                else arr.astype(np.float32)
+            )
+        start = max(now, self._tail)
+        self._pending[name] = ChunkRecord(
+            name=name,
+            turn_id=turn_id,
+            text=text,
+            samples=samples,
+            sent_at=now,
+            expected_start=start,
+            expected_end=start + samples,
+            pcm=audio,
+        )
+        self._tail = start + samples
+        self._heard.setdefault(turn_id, "")
+        self._heard_samples.setdefault(turn_id, 0)
+
+    def echoed(self, name: str, now: int) -> ChunkRecord | None:
+        """A mark came back. Returns the chunk if it was played, None if cleared or unknown."""
+        if name in self._cleared:
+            self._cleared.discard(name)
+            return None
+        if name not in self._pending:
+            return None
+        # Marks echo in order, so anything queued before this chunk has played too.
+        done: list[ChunkRecord] = []
+        while not done or done[-1].name != name:
+            done.append(self._pending.popitem(last=False)[1])
+        # Re-anchor: this chunk just finished, so it and its predecessors ended back to back at now.
+        end = now
+        for chunk in reversed(done):
+            chunk.expected_end = end
+            chunk.expected_start = end - chunk.samples
+            end = chunk.expected_start
+        for chunk in done:
+            self._record_played(chunk, chunk.samples)
+            self._remember_audio(chunk, chunk.samples)
+        cursor = now
+        for chunk in self._pending.values():
+            chunk.expected_start = cursor
+            chunk.expected_end = cursor + chunk.samples
+            cursor = chunk.expected_end
+        self._tail = cursor
+        return done[-1]
+
+    def cleared(self, now: int) -> list[Heard]:
+        """The server sent `clear` at `now`: drop pending audio, estimate what was heard."""
+        touched: dict[int, bool] = {}  # turn_id -> truncated
+        for chunk in self._pending.values():
+            played = min(chunk.samples, max(0, now - chunk.expected_start))
+            fraction = played / chunk.samples if chunk.samples else 1.0
+            truncated = played < chunk.samples
+            text = _cut_at_word(chunk.text, fraction) if truncated else chunk.text
+            self._heard[chunk.turn_id] = _join(self._heard[chunk.turn_id], text)
+            self._heard_samples[chunk.turn_id] += played
+            if played:
+                self._remember_audio(chunk, played)
+            touched[chunk.turn_id] = touched.get(chunk.turn_id, False) or truncated
+            self._cleared.add(chunk.name)
+        self._pending.clear()
+        self._tail = now
+        return [
+            Heard(
+                turn_id=turn_id,
+                text=self._heard[turn_id],
+                played_samples=self._heard_samples[turn_id],
+                truncated=truncated,
+            )
+            for turn_id, truncated in touched.items()
+        ]
+
+    def audible(self, now: int) -> bool:
+        """Bot audio is (expected to be) playing: unechoed chunks scheduled past now."""
+        return bool(self._pending) and self._tail > now - _FRAME
+
+    def pending_samples(self, now: int) -> int:
+        """Sent audio the schedule says has not played yet at `now`."""
+        return sum(
+            min(chunk.samples, max(0, chunk.expected_end - now)) for chunk in self._pending.values()
+        )
+
+    def turn_heard(self, turn_id: int) -> str:
+        """Text of `turn_id` played so far (after a clear: the estimate it returned)."""
+        return self._heard.get(turn_id, "")
+
+    def reference_level_db(self, now: int, window: int = 1600) -> float:
+        """RMS dBFS of bot audio expected to play in [now - window, now); -120 if none.
+
+        Chunks sent without PCM count as silence.
+        """
+        lo, hi = now - window, now
+        segments = list(self._played)
+        for chunk in self._pending.values():
+            if chunk.expected_start >= hi:
+                break  # the schedule is in order: nothing later has started
+            if chunk.pcm is not None:
+                segments.append((chunk.expected_start, chunk.expected_end, chunk.pcm))
+        energy = 0.0
+        for start, end, pcm in segments:
+            a, b = max(lo, start), min(hi, end)
+            if a < b:
+                part = pcm[a - start : b - start]
+                energy += float(np.dot(part, part))
+        if energy <= 0.0 or window <= 0:
+            return _SILENCE_DB
+        return max(_SILENCE_DB, 10.0 * float(np.log10(energy / window)))
+
+    def _record_played(self, chunk: ChunkRecord, samples: int) -> None:
+        self._heard[chunk.turn_id] = _join(self._heard[chunk.turn_id], chunk.text)
+        self._heard_samples[chunk.turn_id] += samples
+
+    def _remember_audio(self, chunk: ChunkRecord, samples: int) -> None:
+        """Keep the played part of a chunk's PCM for a bounded ~1 s, then let it go."""
+        if chunk.pcm is not None and samples:
+            start = chunk.expected_start
+            self._played.append((start, start + samples, chunk.pcm[:samples]))
+        chunk.pcm = None
+        newest_end = max(end for _, end, _ in self._played) if self._played else 0
+        while self._played and self._played[0][1] <= newest_end - self._history_samples:
+            self._played.popleft()

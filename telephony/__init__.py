@@ -1,0 +1,1 @@
+"""Twilio at the edge: Media Streams messages, signatures, TwiML and call control."""

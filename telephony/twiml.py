@@ -1,0 +1,106 @@
+"""The TwiML documents offhook answers with, built by the twilio SDK.
+
+Each builder refuses input Twilio would reject or silently alter, so a misconfiguration
+fails here with a clear ValueError instead of as a dead call.
+"""
+
+import re
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from twilio.twiml.voice_response import VoiceResponse
+
+# Twilio: a <Parameter>'s name plus value must stay under 500 characters.
+MAX_PARAMETER_CHARS = 500
+_E164 = re.compile(r"\+[1-9][0-9]{6,14}")
+# Characters XML 1.0 cannot carry even escaped; ElementTree would write them raw and
+# produce a document Twilio cannot parse.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(label: str, value: str) -> str:
+    if (bad := _NOT_XML.search(value)) is not None:
+        raise ValueError(f"expected {label} without XML-invalid characters, got {bad.group()!r}")
+    return value
+
+
+def _check_stream_url(url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("ws", "wss") or not parts.netloc:
+        raise ValueError(f"expected a ws:// or wss:// stream URL with a host, got {url!r}")
+    # Twilio may strip a query string from a stream URL; per-call data goes in <Parameter>.
+    if "?" in url or "#" in url:
+        raise ValueError(
+            f"expected a stream URL without query string or fragment, got {url!r}; "
+            "pass per-call data as parameters"
+        )
+
+
+def connect_stream_twiml(
+    stream_url: str,
+    parameters: Mapping[str, str],
+    status_callback_url: str | None = None,
+) -> str:
+    """`<Connect><Stream>`: the bidirectional stream, with `parameters` as <Parameter>s.
+
+    Nothing follows </Connect>, so Twilio ends the call when our server closes the socket.
+    """
+    _check_stream_url(stream_url)
+    _xml_text("the stream URL", stream_url)
+    for name, value in parameters.items():
+        if not name:
+            raise ValueError("expected non-empty parameter names, got ''")
+        if len(name) + len(value) >= MAX_PARAMETER_CHARS:
+            raise ValueError(
+                f"expected parameter {name[:40]!r} name and value under "
+                f"{MAX_PARAMETER_CHARS} characters, got {len(name) + len(value)}"
+            )
+        _xml_text(f"parameter {name[:40]!r}", name + value)
+    if status_callback_url is not None:
+        callback = urlsplit(status_callback_url)
+        if callback.scheme not in ("http", "https") or not callback.netloc:
+            raise ValueError(
+                f"expected an http(s):// status callback URL, got {status_callback_url!r}"
+            )
+        _xml_text("the status callback URL", status_callback_url)
+
+    response = VoiceResponse()
+    connect = response.connect()
+    stream = connect.stream(
+        url=stream_url,
+        status_callback=status_callback_url,
+        status_callback_method="POST" if status_callback_url is not None else None,
+    )
+    for name, value in parameters.items():
+        stream.parameter(name=name, value=value)
+    return str(response.to_xml())
+
+
+def say_and_hangup_twiml(text: str) -> str:
+    """Speak `text` and hang up: the answer when we are at capacity or failing."""
+    if not text.strip():
+        raise ValueError("expected text to say, got only whitespace")
+    response = VoiceResponse()
+    response.say(_xml_text("the text to say", text))
+    response.hangup()
+    return str(response.to_xml())
+
+
+def dial_twiml(number: str) -> str:
+    """`<Response><Dial>number</Dial></Response>`, for a REST call transfer.
+
+    No XML declaration: it goes inside the `Twiml` form field of a call update.
+    """
+    if _E164.fullmatch(number) is None:
+        raise ValueError(f"expected an E.164 number like +15551234567, got {number[:40]!r}")
+    response = VoiceResponse()
+    response.dial(number)
+    return str(response.to_xml(xml_declaration=False))
+
+
+def empty_twiml() -> str:
+    """`<Response />`: acknowledge a webhook with nothing to do.
+
+    Answering a voice webhook with it ends the call.
+    """
+    return str(VoiceResponse().to_xml())

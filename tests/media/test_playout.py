@@ -1,0 +1,165 @@
+import numpy as np
+import pytest
+
+from media.playout import Heard, PlayoutClock
+
+SECOND = 8000
+
+
+def _send(clock: PlayoutClock, samples: int, text: str, now: int, turn_id: int = 1) -> str:
+    name = clock.new_mark_name()
+    clock.sent(name, samples, text, turn_id, now)
+    return name
+
+
+def test_mark_names_are_unique_per_clock():
+    clock = PlayoutClock()
+    names = {clock.new_mark_name() for _ in range(100)}
+    assert len(names) == 100
+
+
+def test_chunks_sent_faster_than_real_time_queue_back_to_back():
+    clock = PlayoutClock()
+    _send(clock, SECOND, "one", now=0)
+    _send(clock, SECOND, "two", now=10)
+    _send(clock, SECOND, "three", now=20)
+    assert clock.pending_samples(0) == 3 * SECOND
+    assert clock.pending_samples(SECOND // 2) == 2 * SECOND + SECOND // 2
+    assert clock.pending_samples(3 * SECOND) == 0
+
+
+def test_a_chunk_sent_after_the_queue_drained_starts_when_sent():
+    clock = PlayoutClock()
+    first = _send(clock, SECOND, "one", now=0)
+    clock.echoed(first, now=SECOND)
+    _send(clock, SECOND, "two", now=5 * SECOND)
+    assert clock.pending_samples(5 * SECOND) == SECOND
+    assert clock.audible(6 * SECOND - 1)
+    assert not clock.audible(6 * SECOND + 200)
+
+
+def test_an_echo_counts_its_chunk_as_played_and_reanchors_the_rest():
+    clock = PlayoutClock()
+    first = _send(clock, SECOND, "Hello there.", now=0)
+    _send(clock, SECOND, "How can I help?", now=0)
+    # Playback started late: the first mark comes back 0.25 s after the schedule said.
+    record = clock.echoed(first, now=SECOND + 2000)
+    assert record is not None and record.text == "Hello there."
+    assert clock.turn_heard(1) == "Hello there."
+    assert clock.pending_samples(SECOND + 2000) == SECOND
+    assert clock.audible(2 * SECOND + 1000)  # the old schedule would have ended at 2 s
+
+
+def test_an_echo_implies_every_earlier_chunk_played():
+    clock = PlayoutClock()
+    _send(clock, 800, "one", now=0)
+    second = _send(clock, 800, "two", now=0)
+    clock.echoed(second, now=1600)
+    assert clock.turn_heard(1) == "one two"
+    assert clock.pending_samples(1600) == 0
+
+
+def test_unknown_marks_are_ignored():
+    clock = PlayoutClock()
+    _send(clock, 800, "one", now=0)
+    assert clock.echoed("not-ours", now=100) is None
+    assert clock.pending_samples(0) == 800
+
+
+def test_clear_mid_chunk_reports_the_words_heard_up_to_a_word_boundary():
+    clock = PlayoutClock()
+    first = _send(clock, SECOND, "Your table is booked", now=0)
+    _send(clock, 2 * SECOND, "for seven people at eight tonight.", now=0)
+    clock.echoed(first, now=SECOND)
+    # Half of the second chunk has played: 17 of its 34 characters, mid-"at".
+    heard = clock.cleared(now=2 * SECOND)
+    assert heard == [
+        Heard(
+            turn_id=1,
+            text="Your table is booked for seven people",
+            played_samples=2 * SECOND,
+            truncated=True,
+        )
+    ]
+    assert clock.turn_heard(1) == "Your table is booked for seven people"
+
+
+def test_clear_before_a_chunk_starts_playing_hears_none_of_it():
+    clock = PlayoutClock()
+    _send(clock, SECOND, "First sentence.", now=0)
+    _send(clock, SECOND, "Second sentence.", now=0)
+    (heard,) = clock.cleared(now=SECOND)  # by the schedule, the first just finished
+    assert heard.text == "First sentence."
+    assert heard.played_samples == SECOND
+    assert heard.truncated
+
+
+def test_clear_reports_each_turn_it_cut():
+    clock = PlayoutClock()
+    _send(clock, SECOND, "Old answer.", now=0, turn_id=3)
+    _send(clock, SECOND, "New answer.", now=0, turn_id=4)
+    heard = clock.cleared(now=SECOND // 2)
+    assert [h.turn_id for h in heard] == [3, 4]
+    assert heard[1] == Heard(turn_id=4, text="", played_samples=0, truncated=True)
+
+
+def test_marks_echoed_after_a_clear_do_not_count_as_played():
+    clock = PlayoutClock()
+    first = _send(clock, SECOND, "One two three four.", now=0)
+    second = _send(clock, SECOND, "Five six seven eight.", now=0)
+    clock.cleared(now=SECOND // 2)
+    assert clock.echoed(first, now=SECOND // 2 + 80) is None
+    assert clock.echoed(second, now=SECOND // 2 + 80) is None
+    assert clock.turn_heard(1) == "One two"
+    assert not clock.audible(SECOND // 2 + 80)
+
+
+def test_clear_with_nothing_pending_reports_nothing():
+    clock = PlayoutClock()
+    first = _send(clock, 800, "Done.", now=0)
+    clock.echoed(first, now=800)
+    assert clock.cleared(now=1000) == []
+
+
+def test_audible_follows_the_schedule_and_the_marks():
+    clock = PlayoutClock()
+    assert not clock.audible(0)
+    first = _send(clock, SECOND, "one", now=0)
+    assert clock.audible(0)
+    assert clock.audible(SECOND + 100)  # within one frame of slack
+    # The mark is late and the schedule long over: assume it stopped.
+    assert not clock.audible(SECOND + 161)
+    clock.echoed(first, now=SECOND + 400)
+    assert not clock.audible(SECOND + 400)
+
+
+def test_reference_level_measures_the_audio_expected_to_be_playing():
+    clock = PlayoutClock()
+    t = np.arange(SECOND) / SECOND
+    tone = (0.5 * np.sin(2 * np.pi * 400 * t)).astype(np.float32)  # RMS = -9.03 dBFS
+    name = clock.new_mark_name()
+    clock.sent(name, SECOND, "hello", 1, now=0, pcm=tone)
+    assert clock.reference_level_db(0) == -120.0
+    assert clock.reference_level_db(SECOND // 2, window=1600) == pytest.approx(-9.03, abs=0.1)
+    # Half the window overlaps the tone: 3 dB less energy.
+    assert clock.reference_level_db(800, window=1600) == pytest.approx(-12.04, abs=0.1)
+    clock.echoed(name, now=SECOND)
+    # Just-played audio is still remembered for echo checks, then forgotten.
+    assert clock.reference_level_db(SECOND, window=1600) == pytest.approx(-9.03, abs=0.1)
+    assert clock.reference_level_db(3 * SECOND) == -120.0
+
+
+def test_int16_pcm_is_scaled_and_must_match_the_chunk_length():
+    clock = PlayoutClock()
+    full_scale = np.full(1600, 16384, dtype=np.int16)
+    clock.sent(clock.new_mark_name(), 1600, "x", 1, now=0, pcm=full_scale)
+    assert clock.reference_level_db(1600) == pytest.approx(-6.02, abs=0.05)
+    with pytest.raises(ValueError):
+        clock.sent(clock.new_mark_name(), 1600, "y", 1, now=0, pcm=full_scale[:100])
+
+
+def test_reusing_a_pending_mark_name_is_an_error():
+    clock = PlayoutClock()
+    clock.sent("a", 160, "x", 1, now=0)
+    with pytest.raises(ValueError):
+        clock.sent("a", 160, "y", 1, now=0)
