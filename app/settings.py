@@ -98,9 +98,10 @@ class Settings:
     )
     barge_in_min_speech_ms: int = _env_field(
         "BARGE_IN_MIN_SPEECH_MS",
-        400,
-        "Caller speech over the bot needed to interrupt it. Shorter speech (a backchannel "
-        "such as 'mhm' or 'okay') lets the bot go on.",
+        600,
+        "Caller speech over the bot needed to interrupt it (from speech onset). Shorter "
+        "speech (a backchannel such as 'mhm' or 'okay') lets the bot go on. Lower it for "
+        "a faster stop at the cost of stopping on backchannels.",
     )
     echo_margin_db: float = _env_field(
         "ECHO_MARGIN_DB",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import sys
+import threading
 from functools import lru_cache
 from pathlib import Path
 
@@ -85,8 +86,15 @@ class Denoiser:
         self._out_addr = self._out.ctypes.data
         self._to_skip = RNNOISE_DELAY_SAMPLES
         self.speech_probability = 0.0  # RNNoise's own VAD output for the last frame
+        # process() runs in a worker thread; a hang-up may close() from the event loop
+        # while it is still running. The lock keeps the C state alive until it is done.
+        self._lock = threading.Lock()
 
     def process(self, samples: np.ndarray) -> np.ndarray:
+        with self._lock:
+            return self._process(samples)
+
+    def _process(self, samples: np.ndarray) -> np.ndarray:
         if self._state is None:
             raise RuntimeError("Denoiser is closed")
         upsampled = self._up.process(np.asarray(samples, dtype=np.float32))
@@ -111,9 +119,13 @@ class Denoiser:
         return self._down.process(cleaned)
 
     def close(self) -> None:
-        state, self._state = getattr(self, "_state", None), None
-        if state:
-            self._lib.rnnoise_destroy(state)
+        lock = getattr(self, "_lock", None)
+        if lock is None:  # __init__ failed before the state existed
+            return
+        with lock:
+            state, self._state = self._state, None
+            if state:
+                self._lib.rnnoise_destroy(state)
 
     def __del__(self) -> None:
         self.close()

@@ -103,5 +103,5 @@ class TwilioStream:
         if self._ws.application_state == WebSocketState.CONNECTED:
             try:
                 await self._ws.close(code=code, reason=reason)
-            except (RuntimeError, OSError):
-                pass
+            except (WebSocketDisconnect, RuntimeError, OSError):
+                pass  # the peer left first: nothing to close

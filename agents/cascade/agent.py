@@ -65,7 +65,7 @@ class TurnTaking:
     end_of_turn_threshold: float = 0.5
     min_silence_ms: int = 200
     max_silence_ms: int = 1200
-    barge_in_min_speech_ms: int = 400
+    barge_in_min_speech_ms: int = 600
     echo_margin_db: float = 12.0
     preroll_ms: int = 300
     max_utterance_s: float = 20.0
@@ -136,8 +136,8 @@ class CascadeAgent:
         self._speaking = False
         self._speech_end: int | None = None
         self._position = 0  # 16 kHz samples of front-end output seen
-        self._speech_run = 0  # samples of the current speech run
-        self._barge_samples = 0  # of those, samples louder than the bot's echo
+        self._speech_start = 0  # 16 kHz sample where the current speech run began
+        self._barge_samples = 0  # samples of it louder than the bot's echo
         self._candidate: _Candidate | None = None
         self._response: asyncio.Task[None] | None = None
         self._response_turn: Turn | None = None
@@ -182,10 +182,8 @@ class CascadeAgent:
                 self._on_speech_stopped(event.sample)
         if self._collecting and not self._starting_now(out):
             self._utterance.append(audio)
-        if self._speaking:
-            self._speech_run += len(audio)
-            if self._overlap:
-                await self._check_barge_in(out)
+        if self._speaking and self._overlap:
+            await self._check_barge_in(out)
 
     def _starting_now(self, out: FrontEndOutput) -> bool:
         # A SpeechStarted in this batch already copied it in with the preroll.
@@ -200,7 +198,7 @@ class CascadeAgent:
 
     async def _on_speech_started(self, sample: int) -> None:
         self._speaking = True
-        self._speech_run = 0
+        self._speech_start = sample
         self._barge_samples = 0
         self._drop_candidate()
         self._emit("vad_start", {"sample": sample})
@@ -234,29 +232,30 @@ class CascadeAgent:
         self._emit("vad_stop", {"sample": sample})
         if not self._collecting:
             return
-        min_barge = RATE * self.cfg.barge_in_min_speech_ms // 1000
-        if self._overlap and self._speech_run < min_barge:
+        speech_ms = (sample - self._speech_start) * 1000 // RATE
+        if self._overlap and speech_ms < self.cfg.barge_in_min_speech_ms:
             # Short speech over the bot: a backchannel ("mhm") or echo. The bot goes on.
             self.metrics.backchannels.inc()
-            self._emit("backchannel", {"speech_ms": self._speech_run * 1000 // RATE})
+            self._emit("backchannel", {"speech_ms": speech_ms})
             self._reset_utterance()
             return
         self._overlap = False
         self._start_candidate(sample)
 
     async def _check_barge_in(self, out: FrontEndOutput) -> None:
+        speech_ms = (self._position - self._speech_start) * 1000 // RATE
         if not (self.playback.audible() or self._response is not None):
             # The bot finished while the caller was speaking: once long enough, this is
             # simply the caller's turn.
-            if self._speech_run * 1000 // RATE >= self.cfg.barge_in_min_speech_ms:
+            if speech_ms >= self.cfg.barge_in_min_speech_ms:
                 self._overlap = False
             return
         # The caller's own voice is far louder on their line than the bot's echo; audio
-        # that isn't clearly above the echo level is not allowed to interrupt.
-        if out.level_db < self.playback.reference_level_db() - self.cfg.echo_margin_db:
-            return
-        self._barge_samples += len(out.audio)
-        if self._barge_samples * 1000 // RATE >= self.cfg.barge_in_min_speech_ms:
+        # that isn't clearly above the echo level does not count towards interrupting.
+        if out.level_db >= self.playback.reference_level_db() - self.cfg.echo_margin_db:
+            self._barge_samples += len(out.audio)
+        loud_ms = self._barge_samples * 1000 // RATE
+        if speech_ms >= self.cfg.barge_in_min_speech_ms and loud_ms * 2 >= speech_ms:
             await self._barge_in()
 
     async def _barge_in(self) -> None:
