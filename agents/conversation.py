@@ -77,7 +77,7 @@ class Conversation:
 
     def messages(self) -> list[dict[str, str]]:
         """Chat messages for the LLM: persona first, then the last turns that fit."""
-        recent = [t for t in self.turns if t.text][-self.max_turns :]
+        recent = [t for t in self.turns if t.text][-self.max_turns :] if self.max_turns > 0 else []
         messages = [{"role": "system", "content": self.persona}]
         for turn in recent:
             role = "user" if turn.speaker is Speaker.CALLER else "assistant"

@@ -49,7 +49,9 @@ class CallSession:
         self.settings = settings
         self.metrics = metrics
         self.inbound = InboundAudioClock(sample_rate=8000)
-        self.frontend = FrontEnd(denoise=settings.denoise, vad_start=settings.vad_threshold)
+        self.frontend = FrontEnd(
+            denoise=settings.denoise, vad_start=settings.vad_threshold, min_silence_ms=80
+        )
         self.playback = Playback(stream, self.now, chunk_ms=settings.chunk_ms)
         self.conversation = Conversation(settings.persona(), max_turns=settings.history_turns)
         self.agent = CascadeAgent(

@@ -189,6 +189,8 @@ class Settings:
             raise SettingsError(f"CHUNK_MS must be within 20..1000, got {self.chunk_ms}")
         if self.end_of_turn_max_silence_ms < self.end_of_turn_min_silence_ms:
             raise SettingsError("END_OF_TURN_MAX_SILENCE_MS must be >= END_OF_TURN_MIN_SILENCE_MS")
+        if self.history_turns < 1:
+            raise SettingsError(f"HISTORY_TURNS must be >= 1, got {self.history_turns}")
         if self.max_calls < 1:
             raise SettingsError(f"MAX_CALLS must be >= 1, got {self.max_calls}")
         if self.llm_base_url and not self.llm_model:

@@ -175,19 +175,21 @@ class CascadeAgent:
         audio = out.audio
         self._position = out.start_sample + len(audio)
         self._remember(audio)
+        began = False  # a new utterance copied this batch in with its preroll
         for event in out.events:
             if isinstance(event, SpeechStarted):
-                await self._on_speech_started(event.sample)
+                began = await self._on_speech_started(event.sample) or began
             elif isinstance(event, SpeechStopped):
                 self._on_speech_stopped(event.sample)
-        if self._collecting and not self._starting_now(out):
+        if (self._collecting or self._reply_unheard()) and not began:
+            # Audio keeps accruing while a committed turn's reply is still unheard: if
+            # the caller goes on, the turn reopens with every frame, each exactly once.
             self._utterance.append(audio)
         if self._speaking and self._overlap:
             await self._check_barge_in(out)
 
-    def _starting_now(self, out: FrontEndOutput) -> bool:
-        # A SpeechStarted in this batch already copied it in with the preroll.
-        return any(isinstance(e, SpeechStarted) for e in out.events)
+    def _reply_unheard(self) -> bool:
+        return self._committed_turn is not None and not self._response_audible
 
     def _remember(self, audio: np.ndarray) -> None:
         self._preroll.append(audio)
@@ -196,7 +198,8 @@ class CascadeAgent:
         while self._preroll and self._preroll_samples - len(self._preroll[0]) >= limit:
             self._preroll_samples -= len(self._preroll.popleft())
 
-    async def _on_speech_started(self, sample: int) -> None:
+    async def _on_speech_started(self, sample: int) -> bool:
+        """Returns True when a new utterance began (with the preroll)."""
         self._speaking = True
         self._speech_start = sample
         self._barge_samples = 0
@@ -207,7 +210,8 @@ class CascadeAgent:
             self._overlap = True
             if not self._collecting:
                 self._begin_utterance()
-            return
+                return True
+            return False
         if self._response is not None and not self._response_audible:
             # The caller went on talking before the reply was heard: the speculative
             # reply is void and the caller's turn reopens with all its audio.
@@ -216,10 +220,11 @@ class CascadeAgent:
                 self.conversation.drop(self._committed_turn)
                 self._committed_turn = None
             self._collecting = True
-            self._utterance.extend(self._preroll)
-            return
+            return False
         if not self._collecting:
             self._begin_utterance()
+            return True
+        return False
 
     def _begin_utterance(self) -> None:
         self._collecting = True
@@ -232,14 +237,17 @@ class CascadeAgent:
         self._emit("vad_stop", {"sample": sample})
         if not self._collecting:
             return
-        speech_ms = (sample - self._speech_start) * 1000 // RATE
-        if self._overlap and speech_ms < self.cfg.barge_in_min_speech_ms:
-            # Short speech over the bot: a backchannel ("mhm") or echo. The bot goes on.
-            self.metrics.backchannels.inc()
-            self._emit("backchannel", {"speech_ms": speech_ms})
+        if self._overlap:
+            # Speech over the bot that never became a barge-in: too short (a
+            # backchannel, "mhm") or too quiet (the bot's own echo). The bot goes on,
+            # and it is not a turn to answer.
+            speech_ms = (sample - self._speech_start) * 1000 // RATE
+            short = speech_ms < self.cfg.barge_in_min_speech_ms
+            if short:
+                self.metrics.backchannels.inc()
+            self._emit("backchannel" if short else "echo_ignored", {"speech_ms": speech_ms})
             self._reset_utterance()
             return
-        self._overlap = False
         self._start_candidate(sample)
 
     async def _check_barge_in(self, out: FrontEndOutput) -> None:
@@ -322,7 +330,17 @@ class CascadeAgent:
                 self._start_response(None, canned=self.apology)
             return
         probability, transcript, stt_ms = result.probability, result.transcript, result.elapsed_ms
-        complete = probability >= self.cfg.end_of_turn_threshold or long_turn
+        complete = (
+            probability >= self.cfg.end_of_turn_threshold
+            or long_turn
+            # Two weak signals agreeing: the acoustic model leans "maybe" and Whisper
+            # heard a finished sentence. Smart Turn scores flat prosody (synthetic or
+            # monotone callers) low even on complete questions.
+            or (
+                probability >= self.cfg.end_of_turn_threshold / 5
+                and _sounds_finished(transcript.text)
+            )
+        )
         if (
             not (complete and silence_ms >= self.cfg.min_silence_ms)
             and silence_ms < self.cfg.max_silence_ms
@@ -379,6 +397,9 @@ class CascadeAgent:
     # --- the bot's turn ----------------------------------------------------------------
 
     def _start_response(self, timing: TurnTiming | None, *, canned: str = "") -> None:
+        if self._response is not None and not self._response.done():
+            # One bot turn at a time: a newer turn supersedes the one still speaking.
+            self._response.cancel()
         turn = self.conversation.start_bot()
         self._response_turn = turn
         self._response_audible = False
@@ -405,7 +426,10 @@ class CascadeAgent:
                 self._failed(exc)
             if self.apology and not self._response_audible:
                 turn.intended = ""
-                await self._speak_canned(turn, self.apology)
+                try:
+                    await self._speak_canned(turn, self.apology)
+                except BackendError as exc:  # the TTS itself is down: silence, not a crash
+                    self._failed(exc)
         finally:
             if self._response is asyncio.current_task():
                 self._response = None
@@ -495,3 +519,9 @@ def _eot_error(exc: Exception) -> BackendError:
     error.stage = "end_of_turn"
     error.__cause__ = exc
     return error
+
+
+def _sounds_finished(text: str) -> bool:
+    """Whisper ends a complete sentence with . ? or ! and a trailing-off one with ..."""
+    text = text.rstrip()
+    return text.endswith(("?", "!", ".")) and not text.endswith("..")

@@ -22,7 +22,7 @@ class ClauseSplitter:
     `max_words`), which sounds more natural.
     """
 
-    def __init__(self, *, first_min_words: int = 4, max_words: int = 30) -> None:
+    def __init__(self, *, first_min_words: int = 3, max_words: int = 30) -> None:
         self._buffer = ""
         self._first_min_words = first_min_words
         self._max_words = max_words
@@ -43,11 +43,18 @@ class ClauseSplitter:
         cut = None
         if match := _SENTENCE_END.search(self._buffer):
             cut = match.end()
-        elif self._emitted == 0 and (match := _CLAUSE_END.search(self._buffer)):
-            if len(self._buffer[: match.end()].split()) >= self._first_min_words:
-                cut = match.end()
+        elif self._emitted == 0:
+            for match in _CLAUSE_END.finditer(self._buffer):
+                if len(self._buffer[: match.end()].split()) >= self._first_min_words:
+                    cut = match.end()
+                    break
         if cut is None and len(self._buffer.split()) > self._max_words:
-            cut = self._buffer.rstrip().rfind(" ") + 1
+            # Cut after exactly max_words words, however large the delta was.
+            words = re.finditer(r"\S+\s+", self._buffer)
+            for count, word in enumerate(words, start=1):
+                if count == self._max_words:
+                    cut = word.end()
+                    break
         if cut is None:
             return None
         clause, self._buffer = speakable(self._buffer[:cut]), self._buffer[cut:]

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
+import signal
 import socket
 import sys
 import time
@@ -86,6 +88,13 @@ class OpenAIChat:
         await self._client.close()
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: if we are killed (even -9), the server goes too."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -145,6 +154,7 @@ class EmbeddedLlamaServer:
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=_die_with_parent,
         )
         self._log_task = asyncio.create_task(self._forward_logs(), name="llama-server-logs")
         deadline = time.monotonic() + ready_timeout_s

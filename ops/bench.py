@@ -1,0 +1,216 @@
+"""`offhook bench` — latency and CPU measured the way a caller and an operator feel them.
+
+    offhook bench call      scripted calls against the real bot: mouth-to-mouth latency
+                            at the caller's ear (p50/p90), and barge-in onset → clear
+    offhook bench frontend  CPU per 20 ms frame of the inbound audio chain
+
+`call` starts the bot in-process on 127.0.0.1 (or dials `--url`), plays a Twilio caller
+with espeak speech through 8 kHz mu-law, and reads every figure off the simulated
+Twilio side: nothing is taken from the server's own opinion of itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call
+
+QUESTIONS = (
+    "What time does the pharmacy close today?",
+    "Can you recommend a good book to read?",
+    "How do I reset my password?",
+    "What is the weather usually like in London?",
+    "Tell me a fun fact about cats.",
+    "Where can I park near the station?",
+)
+BARGE_IN = "Sorry to interrupt, but I need to speak to someone about my bill."
+BENCH_TOKEN = "bench-auth-token-0123456789abcdef"
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+@dataclass
+class CallBench:
+    machine: str
+    stt_model: str
+    latencies_ms: list[float] = field(default_factory=list)
+    barge_in_ms: list[float] = field(default_factory=list)
+    greeting_ms: list[float] = field(default_factory=list)
+    unanswered: int = 0
+    underrun_ms: float = 0.0
+    violations: int = 0
+
+    def summary(self) -> dict[str, float]:
+        return {
+            "turns": len(self.latencies_ms),
+            "mouth_to_mouth_p50_ms": percentile(self.latencies_ms, 50),
+            "mouth_to_mouth_p90_ms": percentile(self.latencies_ms, 90),
+            "barge_in_onset_to_clear_p50_ms": percentile(self.barge_in_ms, 50),
+            "barge_in_onset_to_clear_max_ms": max(self.barge_in_ms, default=float("nan")),
+            "greeting_p50_ms": percentile(self.greeting_ms, 50),
+            "unanswered_turns": self.unanswered,
+            "underrun_ms": self.underrun_ms,
+            "protocol_violations": self.violations,
+        }
+
+
+async def _latency_call(url: str, token: str | None, questions: tuple[str, ...]) -> CallReport:
+    turns = [CallerTurn(text=q, after="bot_done", delay_ms=700) for q in questions]
+    return await simulate_call(
+        SimulationConfig(base_url=url, auth_token=token, turns=turns, hangup_after_ms=3000)
+    )
+
+
+async def _barge_in_call(url: str, token: str | None) -> CallReport:
+    turn = CallerTurn(text=BARGE_IN, after="bot_speaking", delay_ms=1500)
+    return await simulate_call(
+        SimulationConfig(base_url=url, auth_token=token, turns=[turn], hangup_after_ms=2000)
+    )
+
+
+async def run_call_bench(url: str, token: str | None, calls: int, bench: CallBench) -> None:
+    for index in range(calls):
+        questions = QUESTIONS[index % 2 :: 2] if calls > 1 else QUESTIONS
+        report = await _latency_call(url, token, questions)
+        _collect(report, bench)
+        barge = await _barge_in_call(url, token)
+        _collect(barge, bench)
+        if barge.clears and barge.turns:
+            bench.barge_in_ms.append(barge.clears[0] - barge.turns[0].speech_start_ms)
+
+
+def _collect(report: CallReport, bench: CallBench) -> None:
+    if report.greeting_start_ms is not None:
+        bench.greeting_ms.append(report.greeting_start_ms)
+    bench.underrun_ms += report.underrun_ms
+    bench.violations += len(report.protocol_violations)
+    for turn in report.turns:
+        if turn.text == BARGE_IN:  # measured as onset → clear instead
+            continue
+        if turn.latency_ms is None:
+            bench.unanswered += 1
+        else:
+            bench.latencies_ms.append(turn.latency_ms)
+
+
+def bench_call(args: argparse.Namespace) -> dict[str, object]:
+    from app.settings import Settings
+
+    settings = Settings.from_env()
+    bench = CallBench(machine=machine(), stt_model=settings.stt_model)
+    if args.url:
+        asyncio.run(run_call_bench(args.url, args.auth_token, args.calls, bench))
+    else:
+        from app.main import create_app
+        from ops.local_server import ServerThread, free_port
+
+        servers = ServerThread()
+        try:
+            port = free_port()
+            local = settings.replace(
+                public_url=f"http://127.0.0.1:{port}", twilio_auth_token=BENCH_TOKEN
+            )
+            app = create_app(local)
+            url = servers.serve(app, port)
+            ready = app.state.services.ready
+
+            async def wait_ready() -> None:
+                await asyncio.wait_for(ready.wait(), 600)
+
+            servers.run(wait_ready(), timeout=620)
+            asyncio.run(run_call_bench(url, BENCH_TOKEN, args.calls, bench))
+        finally:
+            servers.close()
+    return {
+        "machine": bench.machine,
+        "stt_model": bench.stt_model,
+        **bench.summary(),
+        "latencies_ms": [round(v) for v in bench.latencies_ms],
+        "barge_in_ms": [round(v) for v in bench.barge_in_ms],
+    }
+
+
+def bench_frontend(args: argparse.Namespace) -> dict[str, object]:
+    from media.codec import mulaw_encode
+    from media.frontend import FrontEnd
+    from ops.caller_voice import speak
+
+    speech = speak(" ".join(QUESTIONS[:3]))
+    frames = [mulaw_encode(speech[i : i + 160]) for i in range(0, len(speech) - 159, 160)]
+    result: dict[str, object] = {"machine": machine(), "frames": len(frames)}
+    for denoise in (True, False):
+        runs = []
+        for _ in range(args.repeat):
+            frontend = FrontEnd(denoise=denoise)
+            started = time.process_time()
+            for frame in frames:
+                frontend.process(frame)
+            runs.append((time.process_time() - started) / len(frames) * 1e6)
+            frontend.close()
+        key = "denoise_on" if denoise else "denoise_off"
+        result[f"{key}_us_per_frame_median"] = round(statistics.median(runs), 1)
+        result[f"{key}_us_per_frame_min"] = round(min(runs), 1)
+        # Share of one core a call's front end takes: per-frame CPU over the 20 ms frame.
+        result[f"{key}_core_share_pct"] = round(statistics.median(runs) / 20_000 * 100, 2)
+    return result
+
+
+def _print(title: str, result: dict[str, object]) -> None:
+    table = Table(title=title)
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for key, value in result.items():
+        if isinstance(value, list):
+            continue
+        shown = f"{value:.0f}" if isinstance(value, float) and abs(value) >= 10 else str(value)
+        table.add_row(key, shown)
+    Console().print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="offhook bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="what", required=True)
+    call = sub.add_parser("call", help="mouth-to-mouth and barge-in latency on scripted calls")
+    call.add_argument("--calls", type=int, default=2, help="latency calls (3 questions each)")
+    call.add_argument("--url", default="", help="dial a running server instead of starting one")
+    call.add_argument("--auth-token", default=os.environ.get("TWILIO_AUTH_TOKEN"))
+    frontend = sub.add_parser("frontend", help="CPU per 20 ms frame of the inbound chain")
+    frontend.add_argument("--repeat", type=int, default=5)
+    for p in (call, frontend):
+        p.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    result = bench_call(args) if args.what == "call" else bench_frontend(args)
+    _print(f"offhook bench {args.what} — {result['machine']}", result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    return 0

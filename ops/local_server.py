@@ -1,0 +1,75 @@
+"""Run the real app on 127.0.0.1 in a background thread: for benchmarks and tests.
+
+One event loop in one thread hosts any number of uvicorn servers, so a caller on the
+main thread's loop talks to them over real sockets, exactly as Twilio would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import Coroutine
+from contextlib import AsyncExitStack
+from typing import Any, TypeVar
+
+import uvicorn
+from starlette.applications import Starlette
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerThread:
+    """An event loop in a thread, hosting uvicorn servers; `stack` closes shared resources."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="servers", daemon=True)
+        self._thread.start()
+        self._servers: list[uvicorn.Server] = []
+        self.stack = AsyncExitStack()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 300) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def serve(self, app: Starlette, port: int) -> str:
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            ws_max_size=1 << 20,
+            ws_ping_interval=None,
+            lifespan="on",
+            ws="websockets-sansio",
+        )
+        server = uvicorn.Server(config)
+        self._servers.append(server)
+
+        async def start() -> None:
+            self.loop.create_task(server.serve())
+            while not server.started:  # noqa: ASYNC110 - uvicorn offers no event
+                await asyncio.sleep(0.02)
+
+        self.run(start(), timeout=60)
+        return f"http://127.0.0.1:{port}"
+
+    def close(self) -> None:
+        async def stop() -> None:
+            for server in self._servers:
+                server.should_exit = True
+            await asyncio.sleep(0.3)
+            await self.stack.aclose()
+
+        with contextlib.suppress(Exception):
+            self.run(stop(), timeout=30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.loop.close()

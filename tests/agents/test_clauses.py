@@ -1,0 +1,108 @@
+"""Cutting streamed LLM text into clauses the TTS can speak early."""
+
+import pytest
+
+from agents.cascade.clauses import ClauseSplitter, speakable
+
+
+def _feed_all(splitter: ClauseSplitter, deltas: list[str]) -> list[str]:
+    clauses: list[str] = []
+    for delta in deltas:
+        clauses += splitter.feed(delta)
+    return clauses
+
+
+def test_a_sentence_is_a_clause_once_the_next_word_begins() -> None:
+    splitter = ClauseSplitter()
+    assert splitter.feed("Your table is booked.") == []
+    assert splitter.feed(" See") == ["Your table is booked."]
+
+
+def test_the_first_clause_may_end_at_a_comma_once_it_has_first_min_words() -> None:
+    splitter = ClauseSplitter(first_min_words=4)
+    assert splitter.feed("Of course I can, ") == ["Of course I can,"]
+
+
+def test_the_first_clause_does_not_end_at_a_comma_before_first_min_words() -> None:
+    splitter = ClauseSplitter(first_min_words=4)
+    assert splitter.feed("Yes I can, ") == []
+    assert splitter.flush() == ["Yes I can,"]
+
+
+def test_the_first_clause_may_end_at_a_later_comma_after_a_short_opening() -> None:
+    splitter = ClauseSplitter(first_min_words=4)
+    assert splitter.feed("Sure, I can help with that, of ") == ["Sure, I can help with that,"]
+
+
+def test_later_clauses_end_only_at_a_sentence_end() -> None:
+    splitter = ClauseSplitter(first_min_words=4)
+    deltas = ["Of course I can, ", "the table for two, ", "at eight, ", "is booked. "]
+    clauses = _feed_all(splitter, deltas)
+    assert clauses == ["Of course I can,", "the table for two, at eight, is booked."]
+
+
+@pytest.mark.parametrize("end", [".", "!", "?", "…", '."', ".)"])
+def test_sentence_ends_include_closing_quotes_and_brackets(end: str) -> None:
+    splitter = ClauseSplitter()
+    assert splitter.feed(f"We open at nine{end} Then") == [f"We open at nine{end}"]
+
+
+def test_deltas_split_mid_word_reassemble() -> None:
+    splitter = ClauseSplitter()
+    deltas = ["Cert", "ainly, I ca", "n do th", "at. Your ta", "ble is rea", "dy.", " "]
+    assert _feed_all(splitter, deltas) == ["Certainly, I can do that.", "Your table is ready."]
+
+
+def test_markdown_is_removed() -> None:
+    splitter = ClauseSplitter()
+    clauses = splitter.feed("**Sure** thing. Here is `the` _plan_: # step [one]. ")
+    assert clauses == ["Sure thing.", "Here is the plan: step one."]
+
+
+def test_emoji_are_removed() -> None:
+    splitter = ClauseSplitter()
+    assert splitter.feed("Great news 🎉 it is booked ✅. ") == ["Great news it is booked ."]
+
+
+def test_a_clause_of_nothing_but_markdown_is_skipped() -> None:
+    splitter = ClauseSplitter(max_words=3)
+    assert splitter.feed("** ## __ ~~ >> Hello") == []
+    assert splitter.flush() == ["Hello"]
+
+
+def test_flush_returns_the_rest() -> None:
+    splitter = ClauseSplitter()
+    assert splitter.feed("Your table is booked. See you") == ["Your table is booked."]
+    assert splitter.flush() == ["See you"]
+
+
+def test_flush_empties_the_splitter() -> None:
+    splitter = ClauseSplitter()
+    splitter.feed("See you")
+    splitter.flush()
+    assert splitter.flush() == []
+
+
+def test_flush_of_only_whitespace_and_markdown_returns_nothing() -> None:
+    splitter = ClauseSplitter()
+    splitter.feed("  ** \n ")
+    assert splitter.flush() == []
+
+
+def test_long_unpunctuated_text_is_cut_at_max_words() -> None:
+    splitter = ClauseSplitter(max_words=10)
+    words = [f"w{n}" for n in range(25)]
+    clauses = _feed_all(splitter, [f"{word} " for word in words])
+    assert clauses == [" ".join(words[:10]), " ".join(words[10:20])]
+    assert splitter.flush() == [" ".join(words[20:])]
+
+
+def test_long_unpunctuated_text_in_one_delta_is_cut_at_max_words() -> None:
+    splitter = ClauseSplitter(max_words=10)
+    words = [f"w{n}" for n in range(25)]
+    clauses = splitter.feed(" ".join(words) + " ") + splitter.flush()
+    assert clauses == [" ".join(words[:10]), " ".join(words[10:20]), " ".join(words[20:])]
+
+
+def test_speakable_collapses_whitespace() -> None:
+    assert speakable("  Hello\n\n  *there*  ") == "Hello there"

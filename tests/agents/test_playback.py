@@ -1,0 +1,178 @@
+"""Playback: the bot's clauses out as mu-law chunks and marks, and what was heard of them."""
+
+import math
+
+import numpy as np
+
+from agents.playback import PHONE_RATE, Playback
+from media.resample import resample
+from tests.agents.fakes import Clear, Clock, Mark, Media, RecordingSink, tone
+
+TTS_RATE = 16000
+CHUNK = PHONE_RATE // 10  # 100 ms chunks, the default
+FOUR_WORDS = "one two three four"
+
+
+def _playback(chunk_ms: int = 100) -> tuple[Playback, RecordingSink, Clock]:
+    sink, clock = RecordingSink(), Clock()
+    return Playback(sink, clock, chunk_ms=chunk_ms), sink, clock
+
+
+async def test_play_sends_media_then_a_mark_for_each_chunk() -> None:
+    playback, sink, _ = _playback()
+    await playback.play(tone(0.35, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    kinds = [type(message) for message in sink.sent]
+    assert kinds == [Media, Mark] * 4
+
+
+async def test_play_names_every_mark_differently() -> None:
+    playback, sink, _ = _playback()
+    await playback.play(tone(0.4, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    await playback.play(tone(0.4, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    assert len(set(sink.marks())) == 8
+
+
+async def test_play_cuts_audio_into_chunks_of_chunk_ms() -> None:
+    playback, sink, _ = _playback(chunk_ms=20)
+    await playback.play(tone(0.1, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    assert [len(payload) for payload in sink.media()] == [PHONE_RATE // 50] * 5
+
+
+async def test_mulaw_payloads_add_up_to_the_audio_resampled_to_8_khz() -> None:
+    playback, sink, _ = _playback()
+    pcm = tone(0.537, 22050)
+    await playback.play(pcm, 22050, FOUR_WORDS, turn_id=1)
+    sizes = [len(payload) for payload in sink.media()]
+    assert sum(sizes) == len(resample(pcm, 22050, PHONE_RATE))
+    assert all(size == CHUNK for size in sizes[:-1])
+    assert 0 < sizes[-1] <= CHUNK
+
+
+async def test_words_are_shared_over_the_chunks_in_proportion_to_time() -> None:
+    playback, sink, clock = _playback()
+    await playback.play(tone(0.4, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    texts = []
+    for name in sink.marks():
+        record = playback.clock.echoed(name, clock())
+        assert record is not None
+        texts.append(record.text)
+    assert texts == ["one", "two", "three", "four"]
+
+
+async def test_the_chunks_of_a_clause_hold_all_its_words_in_order() -> None:
+    playback, sink, clock = _playback()
+    text = "the quick brown fox jumps over the lazy dog"
+    await playback.play(tone(0.35, TTS_RATE), TTS_RATE, text, turn_id=1)
+    texts = [playback.clock.echoed(name, clock()) for name in sink.marks()]
+    assert " ".join(r.text for r in texts if r is not None and r.text) == text
+
+
+async def test_play_returns_where_the_clause_will_start_on_the_call_clock() -> None:
+    playback, _, clock = _playback()
+    clock.samples = 1000
+    first = await playback.play(tone(0.5, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    second = await playback.play(tone(0.5, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    assert first == 1000
+    assert second == 1000 + PHONE_RATE // 2
+
+
+async def test_an_echoed_mark_of_a_pending_chunk_counts() -> None:
+    playback, sink, clock = _playback()
+    await playback.play(tone(0.2, TTS_RATE), TTS_RATE, "hello there", turn_id=1)
+    clock.samples = CHUNK
+    assert playback.echoed(sink.marks()[0])
+
+
+async def test_an_unknown_mark_does_not_count() -> None:
+    playback, _, _ = _playback()
+    await playback.play(tone(0.2, TTS_RATE), TTS_RATE, "hello there", turn_id=1)
+    assert not playback.echoed("not-ours")
+
+
+async def test_a_mark_echoed_twice_counts_once() -> None:
+    playback, sink, _ = _playback()
+    await playback.play(tone(0.2, TTS_RATE), TTS_RATE, "hello there", turn_id=1)
+    first = sink.marks()[0]
+    assert playback.echoed(first)
+    assert not playback.echoed(first)
+
+
+async def test_clear_sends_a_clear() -> None:
+    playback, sink, _ = _playback()
+    await playback.play(tone(0.4, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    await playback.clear()
+    assert sink.sent[-1] == Clear()
+    assert sink.clears() == 1
+
+
+async def test_clear_reports_the_words_played_so_far() -> None:
+    playback, _, clock = _playback()
+    await playback.play(tone(0.4, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=7)
+    clock.samples = 2 * CHUNK + CHUNK // 2  # halfway through "three"
+    [heard] = await playback.clear()
+    assert heard.turn_id == 7
+    assert heard.text == "one two"
+    assert heard.truncated
+    assert heard.played_samples == 2 * CHUNK + CHUNK // 2
+
+
+async def test_clear_after_everything_played_is_not_a_truncation() -> None:
+    playback, sink, clock = _playback()
+    await playback.play(tone(0.2, TTS_RATE), TTS_RATE, "hello there", turn_id=1)
+    await playback.play(tone(0.2, TTS_RATE), TTS_RATE, "general kenobi", turn_id=2)
+    clock.samples = 2 * CHUNK
+    for name in sink.marks()[:2]:
+        playback.echoed(name)
+    clock.samples = 4 * CHUNK
+    [heard] = await playback.clear()
+    assert heard.turn_id == 2
+    assert heard.text == "general kenobi"
+    assert not heard.truncated
+
+
+async def test_nothing_is_audible_before_anything_is_played() -> None:
+    playback, _, _ = _playback()
+    assert not playback.audible()
+
+
+async def test_a_clause_is_audible_while_it_plays() -> None:
+    playback, _, clock = _playback()
+    await playback.play(tone(0.4, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    assert playback.audible()
+    clock.samples = 4 * CHUNK - 1
+    assert playback.audible()
+
+
+async def test_a_clause_is_no_longer_audible_once_its_schedule_has_run_out() -> None:
+    playback, _, clock = _playback()
+    await playback.play(tone(0.4, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    clock.samples = 5 * CHUNK
+    assert not playback.audible()
+
+
+async def test_a_clause_is_no_longer_audible_once_its_last_mark_is_echoed() -> None:
+    playback, sink, clock = _playback()
+    await playback.play(tone(0.4, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    clock.samples = 2 * CHUNK  # played faster than the schedule said
+    playback.echoed(sink.marks()[-1])
+    assert not playback.audible()
+
+
+async def test_nothing_is_audible_after_a_clear() -> None:
+    playback, _, clock = _playback()
+    await playback.play(tone(0.4, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    clock.samples = CHUNK
+    await playback.clear()
+    assert not playback.audible()
+
+
+async def test_the_reference_level_is_the_level_of_the_bot_audio_playing() -> None:
+    playback, _, clock = _playback()
+    amplitude = 0.3
+    await playback.play(tone(1.0, TTS_RATE, amplitude=amplitude), TTS_RATE, "la", turn_id=1)
+    silent = playback.reference_level_db()
+    clock.samples = PHONE_RATE // 2
+    playing = playback.reference_level_db()
+    rms_db = 20 * math.log10(amplitude / math.sqrt(2))
+    assert silent == -120.0
+    assert np.isclose(playing, rms_db, atol=0.5)

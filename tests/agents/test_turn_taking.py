@@ -1,0 +1,557 @@
+"""The cascade agent's turn taking, driven frame by frame with fake models.
+
+Time is the caller's audio: every frame is 20 ms of 16 kHz front-end output, and the
+8 kHz call clock moves with it. The fake Twilio line plays the bot's audio in real time
+on that clock and echoes each mark when its chunk has played. Every synthesised word
+lasts one 100 ms playout chunk, so what the caller heard is easy to count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import AsyncIterator, Callable, Sequence
+
+import numpy as np
+
+from agents.cascade.agent import CascadeAgent, CascadeModels, Digits, TurnTaking
+from agents.cascade.llm import Message
+from agents.conversation import Conversation, Speaker, Turn
+from agents.errors import LanguageModelError, SpeechToTextError
+from agents.playback import PHONE_RATE, Playback
+from app.metrics import Metrics
+from media.frontend import FrontEndOutput
+from media.resample import resample
+from media.vad import SpeechStarted, SpeechStopped
+from tests.agents.fakes import TwilioLine
+from tests.agents.models import (
+    BOT_AMPLITUDE,
+    TTS_RATE,
+    ChatModelFake,
+    EndOfTurnFake,
+    SpeechToTextFake,
+    TextToSpeechFake,
+    end_of_turn,
+    failing_stt,
+    hearing,
+    replying,
+    speaking,
+    words_as_tones,
+)
+
+RATE = 16000
+FRAME = RATE // 50  # 20 ms
+PERSONA = "You are the test line's assistant."
+GREETING = (
+    "Hello and thank you for calling the offhook test line where every single word "
+    "you hear lasts exactly one tenth of a second."
+)
+APOLOGY = "Sorry, I'm having trouble right now."
+CALLER_SAYS = "I'd like to book a table."
+REPLY = ["Of course", ". For how ", "many people?"]
+REPLY_TEXT = "Of course. For how many people?"
+BOT_LEVEL_DB = 20 * math.log10(BOT_AMPLITUDE / math.sqrt(2))  # the fake TTS's tone
+CALLER_LEVEL_DB = BOT_LEVEL_DB + 3  # a caller's own voice: louder than the bot's echo
+SILENCE_DB = -70.0
+
+
+class Call:
+    """One call to the agent: the test speaks in frames and watches what the bot sends."""
+
+    def __init__(
+        self,
+        *,
+        stt: SpeechToTextFake,
+        llm: ChatModelFake,
+        eot: EndOfTurnFake,
+        tts: TextToSpeechFake,
+        canned: dict[str, np.ndarray],
+        turn_taking: TurnTaking,
+        greeting: str,
+    ) -> None:
+        self.line = TwilioLine()
+        self.playback = Playback(self.line, self.line.clock)
+        self.conversation = Conversation(PERSONA)
+        self.metrics = Metrics()
+        self.events: list[tuple[str, dict[str, object]]] = []
+        self.llm = llm
+        models = CascadeModels(stt=stt, tts=tts, llm=llm, end_of_turn=eot, canned=canned)
+        self.agent = CascadeAgent(
+            models,
+            self.playback,
+            self.conversation,
+            turn_taking=turn_taking,
+            metrics=self.metrics,
+            greeting=greeting,
+            apology=APOLOGY,
+            on_event=lambda name, data: self.events.append((name, data)),
+        )
+        self.position = 0  # 16 kHz samples of caller audio fed so far
+        self.speaking = False
+        self._inputs: asyncio.Queue[FrontEndOutput | Digits | None] = asyncio.Queue()
+        self._run: asyncio.Task[None] | None = None
+
+    # --- the caller's side -------------------------------------------------------------
+
+    async def talk(self, ms: int, *, level_db: float = CALLER_LEVEL_DB) -> None:
+        """Caller speech, starting at once (the VAD's SpeechStarted in the first frame)."""
+        assert not self.speaking, "already talking"
+        self.speaking = True
+        await self._frames(ms, level_db, SpeechStarted(self.position))
+
+    async def pause(self, ms: int) -> None:
+        """Silence; if the caller was talking, the VAD's SpeechStopped is in the first frame."""
+        if self.speaking:
+            self.speaking = False
+            await self._frames(20, SILENCE_DB, SpeechStopped(self.position))
+            await self.evaluated()
+            ms -= 20
+        await self._frames(ms, SILENCE_DB, None)
+
+    async def press(self, digits: str) -> None:
+        await self._put(Digits(digits))
+
+    async def _frames(
+        self, ms: int, level_db: float, event: SpeechStarted | SpeechStopped | None
+    ) -> None:
+        for n in range(ms // 20):
+            # Every sample of a frame holds the frame's position: the STT's input says
+            # exactly which frames reached it.
+            out = FrontEndOutput(
+                audio=np.full(FRAME, self.position, dtype=np.float32),
+                start_sample=self.position,
+                events=[event] if event is not None and n == 0 else [],
+                level_db=level_db,
+            )
+            self.position += FRAME
+            self.line.clock.samples = self.position * PHONE_RATE // RATE
+            for name in self.line.due_marks():
+                self.playback.echoed(name)
+            await self._put(out)
+
+    async def _put(self, item: FrontEndOutput | Digits | None) -> None:
+        """Hand the agent one input and wait until it has dealt with it."""
+        assert self._run is not None
+        self._inputs.put_nowait(item)
+        joined = asyncio.ensure_future(self._inputs.join())
+        await asyncio.wait({joined, self._run}, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+        if not joined.done():
+            joined.cancel()
+            if self._run.done():
+                self._run.result()  # the agent's own failure, if that is what stopped it
+            raise AssertionError("the agent stopped taking input")
+
+    async def _stream(self) -> AsyncIterator[FrontEndOutput | Digits]:
+        while (item := await self._inputs.get()) is not None:
+            yield item
+            self._inputs.task_done()
+        self._inputs.task_done()
+
+    # --- waiting, always bounded -------------------------------------------------------
+
+    async def until(self, condition: Callable[[], bool], what: str) -> None:
+        """Wait (2 s at most) for work the agent does in worker threads."""
+        for _ in range(2000):
+            if condition():
+                return
+            if self._run is not None and self._run.done():
+                self._run.result()  # the agent's own failure, if that is what stopped it
+                raise AssertionError(f"the agent stopped while waiting for {what}")
+            await asyncio.sleep(0.001)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    async def evaluated(self) -> None:
+        """Wait until no end-of-turn evaluation (end-of-turn model + STT) is in flight."""
+
+        def idle() -> bool:
+            return not any(
+                task.get_name() == "end-of-turn" and not task.done() for task in asyncio.all_tasks()
+            )
+
+        await self.until(idle, "the end-of-turn evaluation")
+
+    async def bot_said(self, text: str) -> None:
+        """Wait until the bot has sent all of `text` as one turn."""
+        await self.until(
+            lambda: any(t.speaker is Speaker.BOT and t.text == text for t in self.bot_turns()),
+            f"the bot to say {text!r}",
+        )
+
+    # --- what happened -----------------------------------------------------------------
+
+    def bot_turns(self) -> list[Turn]:
+        return [t for t in self.conversation.turns if t.speaker is Speaker.BOT]
+
+    def caller_turns(self) -> list[str]:
+        return [t.text for t in self.conversation.turns if t.speaker is Speaker.CALLER]
+
+    def event_names(self) -> list[str]:
+        return [name for name, _ in self.events]
+
+    def count(self, metric: str, **labels: str) -> float:
+        return self.metrics.registry.get_sample_value(metric, labels) or 0.0
+
+    def audio_sent(self) -> int:
+        """8 kHz samples of bot audio sent (one mu-law byte each)."""
+        return sum(len(payload) for payload in self.line.media())
+
+    # --- lifetime ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._run = asyncio.create_task(self.agent.run(self._stream()), name="agent")
+
+    async def hang_up(self) -> None:
+        assert self._run is not None
+        if not self._run.done():
+            self._inputs.put_nowait(None)
+        async with asyncio.timeout(5):
+            await self._run
+
+
+@contextlib.asynccontextmanager
+async def call(
+    *,
+    stt: SpeechToTextFake | None = None,
+    llm: ChatModelFake | None = None,
+    eot: EndOfTurnFake | None = None,
+    tts: TextToSpeechFake | None = None,
+    canned: dict[str, np.ndarray] | None = None,
+    turn_taking: TurnTaking | None = None,
+    greeting: str = "",
+) -> AsyncIterator[Call]:
+    session = Call(
+        stt=stt or hearing(CALLER_SAYS),
+        llm=llm or replying(REPLY),
+        eot=eot or end_of_turn(0.9),
+        tts=tts or speaking(),
+        canned=canned or {},
+        turn_taking=turn_taking or TurnTaking(),
+        greeting=greeting,
+    )
+    session.start()
+    try:
+        yield session
+    finally:
+        await session.hang_up()
+
+
+def at_8_khz(pcm: np.ndarray) -> int:
+    return len(resample(pcm, TTS_RATE, PHONE_RATE))
+
+
+async def greeted(session: Call) -> None:
+    """Let the greeting be sent in full before the caller's audio starts."""
+    await session.bot_said(GREETING)
+
+
+# --- the greeting --------------------------------------------------------------------------
+
+
+async def test_the_greeting_is_sent_at_the_start() -> None:
+    async with call(greeting=GREETING) as session:
+        await greeted(session)
+        assert session.audio_sent() == at_8_khz(words_as_tones(GREETING))
+        assert len(session.line.marks()) == len(GREETING.split())
+        assert [t.text for t in session.conversation.turns] == [GREETING]
+
+
+async def test_a_pre_synthesised_greeting_needs_no_tts() -> None:
+    def no_tts(text: str) -> np.ndarray:
+        raise AssertionError(f"the TTS was asked for {text!r}")
+
+    canned = {GREETING: words_as_tones(GREETING)}
+    async with call(greeting=GREETING, canned=canned, tts=TextToSpeechFake(no_tts)) as session:
+        await greeted(session)
+        assert session.audio_sent() == at_8_khz(canned[GREETING])
+
+
+async def test_without_a_greeting_the_bot_waits_for_the_caller() -> None:
+    async with call() as session:
+        await session.pause(500)
+        assert session.line.sent == []
+        assert session.conversation.turns == []
+
+
+# --- ending the caller's turn --------------------------------------------------------------
+
+
+async def test_a_likely_end_of_turn_after_a_short_pause_is_answered() -> None:
+    async with call(eot=end_of_turn(0.9)) as session:
+        await session.talk(600)
+        await session.pause(300)
+        await session.bot_said(REPLY_TEXT)
+        assert [(t.speaker, t.text) for t in session.conversation.turns] == [
+            (Speaker.CALLER, CALLER_SAYS),
+            (Speaker.BOT, REPLY_TEXT),
+        ]
+        assert session.audio_sent() == at_8_khz(words_as_tones(REPLY_TEXT))
+        assert session.llm.prompts == [
+            [{"role": "system", "content": PERSONA}, {"role": "user", "content": CALLER_SAYS}]
+        ]
+
+
+async def test_a_likely_end_of_turn_is_taken_after_min_silence() -> None:
+    async with call(eot=end_of_turn(0.9)) as session:
+        await session.talk(600)
+        await session.pause(180)
+        assert session.caller_turns() == []
+        await session.pause(20)
+        assert session.caller_turns() == [CALLER_SAYS]
+        [decision] = [data for name, data in session.events if name == "end_of_turn"]
+        assert decision["silence_ms"] == 200
+
+
+async def test_an_unlikely_end_of_turn_waits_for_max_silence() -> None:
+    trailing_off = "I'd like to book a table for"
+    async with call(stt=hearing(trailing_off), eot=end_of_turn(0.01)) as session:
+        await session.talk(600)
+        await session.pause(1180)
+        assert session.caller_turns() == []
+        assert session.llm.prompts == []
+        await session.pause(20)
+        assert session.caller_turns() == [trailing_off]
+        [decision] = [data for name, data in session.events if name == "end_of_turn"]
+        assert decision["silence_ms"] == 1200
+        await session.bot_said(REPLY_TEXT)
+
+
+async def test_a_short_pause_mid_sentence_keeps_one_turn() -> None:
+    heard: list[np.ndarray] = []
+    stt = hearing("I'd like", "I'd like to book a table.", heard=heard)
+    async with call(stt=stt, eot=end_of_turn(0.9)) as session:
+        await session.talk(400)
+        await session.pause(100)
+        await session.talk(400)
+        await session.pause(300)
+        await session.bot_said(REPLY_TEXT)
+        assert session.caller_turns() == ["I'd like to book a table."]
+        assert len(heard) == 2
+
+
+async def test_an_empty_transcript_gets_no_reply() -> None:
+    async with call(stt=hearing("")) as session:
+        await session.talk(600)
+        await session.pause(1500)
+        assert "empty_transcript" in session.event_names()
+        assert session.conversation.turns == []
+        assert session.llm.prompts == []
+        assert session.line.sent == []
+
+
+# --- the caller goes on talking ------------------------------------------------------------
+
+
+def _stalls_first(reply: list[str]) -> ChatModelFake:
+    """A chat model whose first reply never starts; later ones stream `reply`."""
+    prompts: list[list[Message]] = []
+
+    async def stream(messages: Sequence[Message]) -> AsyncIterator[str]:
+        prompts.append(list(messages))
+        if len(prompts) == 1:
+            await asyncio.Event().wait()
+        for delta in reply:
+            yield delta
+
+    return ChatModelFake(stream, prompts)
+
+
+async def test_resuming_before_the_reply_is_heard_throws_the_reply_away() -> None:
+    stt = hearing("I'd like to book", "I'd like to book a table for two.")
+    async with call(stt=stt, llm=_stalls_first(REPLY)) as session:
+        await session.talk(600)
+        await session.pause(300)
+        await session.until(lambda: len(session.llm.prompts) == 1, "the first reply to start")
+        assert session.caller_turns() == ["I'd like to book"]
+
+        await session.talk(600)
+        assert ("response_cancelled", {"reason": "caller_resumed"}) in session.events
+        assert session.line.sent == []
+        assert session.conversation.turns == []
+
+        await session.pause(300)
+        await session.bot_said(REPLY_TEXT)
+        assert [(t.speaker, t.text) for t in session.conversation.turns] == [
+            (Speaker.CALLER, "I'd like to book a table for two."),
+            (Speaker.BOT, REPLY_TEXT),
+        ]
+        assert session.llm.prompts[1][1:] == [
+            {"role": "user", "content": "I'd like to book a table for two."}
+        ]
+        assert session.audio_sent() == at_8_khz(words_as_tones(REPLY_TEXT))
+
+
+async def test_a_reopened_turn_hands_every_frame_to_the_stt_once() -> None:
+    heard: list[np.ndarray] = []
+    stt = hearing("I'd like to book", "I'd like to book a table for two.", heard=heard)
+    async with call(stt=stt, llm=_stalls_first(REPLY)) as session:
+        await session.talk(600)
+        await session.pause(240)  # the turn ends at 200 ms; the preroll reaches back 300 ms
+        await session.until(lambda: len(session.llm.prompts) == 1, "the first reply to start")
+        assert session.caller_turns() == ["I'd like to book"]
+        await session.talk(600)
+        await session.pause(300)
+        await session.bot_said(REPLY_TEXT)
+        frames = heard[-1][::FRAME].astype(int).tolist()
+        assert frames == sorted(set(frames))
+
+
+# --- the caller talks over the bot ---------------------------------------------------------
+
+
+async def test_short_speech_over_the_bot_is_a_backchannel() -> None:
+    async with call(greeting=GREETING) as session:
+        await greeted(session)
+        await session.pause(400)
+        await session.talk(300)
+        await session.pause(400)
+        assert session.line.clears() == 0
+        assert session.count("offhook_backchannels_total") == 1
+        assert session.count("offhook_barge_ins_total") == 0
+        assert [(t.text, t.truncated) for t in session.conversation.turns] == [(GREETING, False)]
+
+
+async def test_longer_speech_over_the_bot_interrupts_it_once() -> None:
+    async with call(greeting=GREETING) as session:
+        await greeted(session)
+        await session.pause(400)
+        await session.talk(1000)
+        assert session.line.clears() == 1
+        assert session.count("offhook_barge_ins_total") == 1
+        await session.pause(300)
+        await session.bot_said(REPLY_TEXT)
+        assert session.line.clears() == 1
+        assert session.count("offhook_backchannels_total") == 0
+
+
+async def test_an_interrupted_bot_turn_keeps_only_the_words_heard() -> None:
+    async with call(greeting=GREETING) as session:
+        await greeted(session)
+        await session.pause(400)
+        # 600 ms into this speech, 1 s into the greeting: ten 100 ms words played.
+        await session.talk(1000)
+        [greeting] = session.bot_turns()
+        assert greeting.text == " ".join(GREETING.split()[:10])
+        assert greeting.truncated
+        assert greeting.intended == GREETING
+
+
+async def test_the_caller_who_interrupted_is_answered_with_the_truncated_history() -> None:
+    async with call(greeting=GREETING) as session:
+        await greeted(session)
+        await session.pause(400)
+        await session.talk(1000)
+        await session.pause(300)
+        await session.bot_said(REPLY_TEXT)
+        heard = " ".join(GREETING.split()[:10])
+        assert session.llm.prompts == [
+            [
+                {"role": "system", "content": PERSONA},
+                {"role": "assistant", "content": f"{heard} —"},
+                {"role": "user", "content": CALLER_SAYS},
+            ]
+        ]
+
+
+async def test_echo_of_the_bot_never_interrupts_it() -> None:
+    async with call(greeting=GREETING) as session:
+        await greeted(session)
+        await session.pause(400)
+        await session.talk(1200, level_db=BOT_LEVEL_DB - 20)
+        await session.pause(300)
+        assert session.line.clears() == 0
+        assert session.count("offhook_barge_ins_total") == 0
+        assert (session.bot_turns()[0].text, session.bot_turns()[0].truncated) == (GREETING, False)
+
+
+async def test_an_interrupted_reply_is_not_written_any_further() -> None:
+    first_sentence = "Sure, let me check the opening hours for you."
+    more = asyncio.Event()
+    prompts: list[list[Message]] = []
+
+    async def stream(messages: Sequence[Message]) -> AsyncIterator[str]:
+        prompts.append(list(messages))
+        if len(prompts) == 1:
+            yield f"{first_sentence} "
+            await more.wait()
+            yield "We are open from nine until late every day."
+        else:
+            for delta in REPLY:
+                yield delta
+
+    async with call(llm=ChatModelFake(stream, prompts)) as session:
+        await session.talk(600)
+        await session.pause(300)
+        await session.bot_said(first_sentence)
+        await session.talk(800)
+        assert session.line.clears() == 1
+        sent_before = session.audio_sent()
+        more.set()
+        await session.pause(300)
+        await session.bot_said(REPLY_TEXT)
+        [interrupted, _] = session.bot_turns()
+        assert interrupted.truncated
+        assert "nine" not in interrupted.intended
+        assert session.audio_sent() == sent_before + at_8_khz(words_as_tones(REPLY_TEXT))
+
+
+async def test_echo_of_the_bot_is_not_a_caller_turn() -> None:
+    async with call(greeting=GREETING) as session:
+        await greeted(session)
+        await session.pause(400)
+        await session.talk(1200, level_db=BOT_LEVEL_DB - 20)
+        await session.pause(1500)
+        assert session.caller_turns() == []
+        assert session.llm.prompts == []
+
+
+# --- failures ------------------------------------------------------------------------------
+
+
+async def test_a_failing_llm_gets_the_apology_spoken() -> None:
+    async def stream(messages: Sequence[Message]) -> AsyncIterator[str]:
+        raise LanguageModelError("the model server went away")
+        yield ""
+
+    async with call(llm=ChatModelFake(stream)) as session:
+        await session.talk(600)
+        await session.pause(300)
+        await session.bot_said(APOLOGY)
+        assert session.audio_sent() == at_8_khz(words_as_tones(APOLOGY))
+        assert session.count("offhook_errors_total", stage="llm") == 1
+        assert session.caller_turns() == [CALLER_SAYS]
+
+
+async def test_a_failing_stt_gets_the_apology_spoken() -> None:
+    stt = failing_stt(SpeechToTextError("whisper failed: out of memory"))
+    async with call(stt=stt) as session:
+        await session.talk(600)
+        await session.pause(300)
+        await session.bot_said(APOLOGY)
+        assert session.count("offhook_errors_total", stage="stt") == 1
+        assert session.caller_turns() == []
+        assert session.llm.prompts == []
+
+
+# --- the keypad ----------------------------------------------------------------------------
+
+
+async def test_a_keypad_digit_is_a_caller_turn_that_gets_a_reply() -> None:
+    async with call(turn_taking=TurnTaking(digit_timeout_ms=10)) as session:
+        await session.press("5")
+        await session.bot_said(REPLY_TEXT)
+        assert session.caller_turns() == ["(The caller pressed 5 on the keypad.)"]
+        assert session.llm.prompts[0][-1] == {
+            "role": "user",
+            "content": "(The caller pressed 5 on the keypad.)",
+        }
+
+
+async def test_digits_pressed_in_quick_succession_are_one_turn() -> None:
+    async with call(turn_taking=TurnTaking(digit_timeout_ms=200)) as session:
+        await session.press("1")
+        await session.press("2")
+        await session.press("#")
+        await session.bot_said(REPLY_TEXT)
+        assert session.caller_turns() == ["(The caller pressed 1 2 # on the keypad.)"]
+        assert len(session.llm.prompts) == 1

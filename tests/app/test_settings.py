@@ -1,0 +1,184 @@
+"""Settings from environment variables: parsed, checked, described."""
+
+from pathlib import Path
+
+import pytest
+
+from app.settings import Settings, SettingsError
+
+
+def test_from_env_reads_the_process_environment_by_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PORT", "9191")
+    assert Settings.from_env().port == 9191
+
+
+def test_from_env_reads_only_the_mapping_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PORT", "9191")
+    assert Settings.from_env({}).port == 8080
+
+
+def test_from_env_parses_integers() -> None:
+    settings = Settings.from_env({"PORT": " 9090 ", "MAX_CALLS": "12"})
+    assert settings.port == 9090
+    assert settings.max_calls == 12
+
+
+def test_from_env_parses_floats() -> None:
+    settings = Settings.from_env({"END_OF_TURN_THRESHOLD": "0.75", "ECHO_MARGIN_DB": "6"})
+    assert settings.end_of_turn_threshold == 0.75
+    assert settings.echo_margin_db == 6.0
+    assert isinstance(settings.echo_margin_db, float)
+
+
+@pytest.mark.parametrize("raw", ["1", "true", "TRUE", "yes", "on", " On "])
+def test_from_env_parses_true_booleans(raw: str) -> None:
+    assert Settings.from_env({"DENOISE": raw}).denoise is True
+
+
+@pytest.mark.parametrize("raw", ["0", "false", "False", "no", "off", ""])
+def test_from_env_parses_false_booleans(raw: str) -> None:
+    assert Settings.from_env({"DENOISE": raw}).denoise is False
+
+
+def test_from_env_keeps_strings_as_given_but_trimmed() -> None:
+    settings = Settings.from_env({"GREETING": "  Hi, this is the bot.  "})
+    assert settings.greeting == "Hi, this is the bot."
+
+
+def test_from_env_ignores_unrelated_variables() -> None:
+    assert Settings.from_env({"HOME": "/root", "port": "1"}).port == 8080
+
+
+def test_keyword_overrides_win_over_the_environment() -> None:
+    assert Settings.from_env({"PORT": "9090"}, port=7070).port == 7070
+
+
+@pytest.mark.parametrize(
+    ("env", "raw", "kind"),
+    [
+        ("PORT", "80a", "int"),
+        ("MAX_CALLS", "2.5", "int"),
+        ("LLM_TEMPERATURE", "warm", "float"),
+        ("DENOISE", "maybe", "bool"),
+    ],
+)
+def test_from_env_rejects_bad_values_naming_the_variable(env: str, raw: str, kind: str) -> None:
+    with pytest.raises(SettingsError, match=rf"^{env} must be a {kind}, got '{raw}'$"):
+        Settings.from_env({env: raw})
+
+
+@pytest.mark.parametrize("url", ["bot.example.com", "ws://bot.example.com", "wss://x"])
+def test_check_refuses_a_public_url_without_an_http_scheme(url: str) -> None:
+    with pytest.raises(SettingsError, match="PUBLIC_URL"):
+        Settings.from_env({"PUBLIC_URL": url})
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8080", "https://bot.example.com"])
+def test_check_accepts_an_http_or_https_public_url(url: str) -> None:
+    assert Settings.from_env({"PUBLIC_URL": url}).public_url == url
+
+
+@pytest.mark.parametrize("chunk_ms", ["19", "1001", "0"])
+def test_check_refuses_a_chunk_length_out_of_range(chunk_ms: str) -> None:
+    with pytest.raises(SettingsError, match="CHUNK_MS"):
+        Settings.from_env({"CHUNK_MS": chunk_ms})
+
+
+@pytest.mark.parametrize("chunk_ms", ["20", "1000"])
+def test_check_accepts_the_ends_of_the_chunk_range(chunk_ms: str) -> None:
+    assert Settings.from_env({"CHUNK_MS": chunk_ms}).chunk_ms == int(chunk_ms)
+
+
+def test_check_refuses_an_llm_endpoint_without_a_model() -> None:
+    with pytest.raises(SettingsError, match="LLM_MODEL"):
+        Settings.from_env({"LLM_BASE_URL": "https://api.example.com/v1"})
+
+
+def test_check_accepts_an_llm_endpoint_with_a_model() -> None:
+    settings = Settings.from_env(
+        {"LLM_BASE_URL": "https://api.example.com/v1", "LLM_MODEL": "small-model"}
+    )
+    assert settings.llm_model == "small-model"
+
+
+def test_check_refuses_a_max_silence_below_the_min_silence() -> None:
+    environ = {"END_OF_TURN_MIN_SILENCE_MS": "500", "END_OF_TURN_MAX_SILENCE_MS": "400"}
+    with pytest.raises(SettingsError, match="END_OF_TURN_MAX_SILENCE_MS"):
+        Settings.from_env(environ)
+
+
+def test_check_refuses_no_calls_at_all() -> None:
+    with pytest.raises(SettingsError, match="MAX_CALLS"):
+        Settings.from_env({"MAX_CALLS": "0"})
+
+
+def test_check_also_applies_to_keyword_overrides() -> None:
+    with pytest.raises(SettingsError, match="CHUNK_MS"):
+        Settings.from_env({}, chunk_ms=5)
+
+
+def test_the_token_secret_is_the_explicit_secret_first() -> None:
+    settings = Settings.from_env({"CALL_TOKEN_SECRET": "explicit", "TWILIO_AUTH_TOKEN": "auth"})
+    assert settings.token_secret == b"explicit"
+
+
+def test_the_token_secret_is_derived_from_the_auth_token_next() -> None:
+    settings = Settings.from_env({"TWILIO_AUTH_TOKEN": "auth"})
+    assert settings.token_secret == b"offhook-call-token:auth"
+
+
+def test_the_token_secret_is_random_per_process_otherwise() -> None:
+    first, second = Settings.from_env({}), Settings.from_env({})
+    assert len(first.token_secret) == 64
+    assert first.token_secret != second.token_secret
+
+
+def test_the_persona_is_the_system_prompt() -> None:
+    settings = Settings.from_env({"SYSTEM_PROMPT": "You sell pizza."})
+    assert settings.persona() == "You sell pizza."
+
+
+def test_the_system_prompt_file_wins_over_the_system_prompt(tmp_path: Path) -> None:
+    prompt = tmp_path / "persona.txt"
+    prompt.write_text("You book tables.\n", encoding="utf-8")
+    settings = Settings.from_env(
+        {"SYSTEM_PROMPT": "You sell pizza.", "SYSTEM_PROMPT_FILE": str(prompt)}
+    )
+    assert settings.persona() == "You book tables."
+
+
+def test_describe_lists_every_variable_with_its_meaning() -> None:
+    rows = Settings.describe()
+    variables = [variable for variable, _, _ in rows]
+    assert len(variables) == len(set(variables))
+    assert {"PORT", "TWILIO_AUTH_TOKEN", "CHUNK_MS", "SYSTEM_PROMPT_FILE"} <= set(variables)
+    assert all(doc for _, _, doc in rows)
+
+
+def test_describe_shows_current_values() -> None:
+    rows = {variable: value for variable, value, _ in Settings.describe(Settings(port=9090))}
+    assert rows["PORT"] == "9090"
+    assert rows["DENOISE"] == "True"
+
+
+def test_describe_masks_secrets() -> None:
+    settings = Settings.from_env(
+        {"TWILIO_AUTH_TOKEN": "auth-token", "CALL_TOKEN_SECRET": "s3", "LLM_API_KEY": "sk-1"}
+    )
+    rows = {variable: value for variable, value, _ in Settings.describe(settings)}
+    assert rows["TWILIO_AUTH_TOKEN"] == "***"
+    assert rows["CALL_TOKEN_SECRET"] == "***"
+    assert rows["LLM_API_KEY"] == "***"
+    assert not any(secret in value for value in rows.values() for secret in ("auth-token", "sk-1"))
+
+
+def test_describe_shows_an_empty_secret_as_empty() -> None:
+    rows = {variable: value for variable, value, _ in Settings.describe(Settings())}
+    assert rows["TWILIO_AUTH_TOKEN"] == ""
+
+
+def test_describe_never_lists_the_random_token_fallback() -> None:
+    settings = Settings()
+    assert not any(settings._token_fallback in value for _, value, _ in settings.describe(settings))
