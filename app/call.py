@@ -50,7 +50,7 @@ class CallSession:
         self.metrics = metrics
         self.inbound = InboundAudioClock(sample_rate=8000)
         self.frontend = FrontEnd(
-            denoise=settings.denoise, vad_start=settings.vad_threshold, min_silence_ms=80
+            denoise=settings.denoise, vad_start=settings.vad_threshold, min_silence_ms=64
         )
         self.playback = Playback(stream, self.now, chunk_ms=settings.chunk_ms)
         self.conversation = Conversation(settings.persona(), max_turns=settings.history_turns)

@@ -134,10 +134,11 @@ async def _warm_up(models: CascadeModels, settings: Settings) -> None:
     await asyncio.to_thread(models.stt.transcribe, silence)
     await asyncio.to_thread(models.end_of_turn.predict, silence)
     try:
-        messages = [
-            {"role": "system", "content": settings.persona()},
-            {"role": "user", "content": "Hello"},
-        ]
+        # The same layout as a call's first turn: persona, greeting, caller.
+        messages = [{"role": "system", "content": settings.persona()}]
+        if settings.greeting:
+            messages.append({"role": "assistant", "content": settings.greeting})
+        messages.append({"role": "user", "content": "Hello?"})
         async for _ in models.llm.stream(messages):
             pass
     except Exception as exc:  # a remote LLM may be down at start; calls will apologise

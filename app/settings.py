@@ -93,7 +93,7 @@ class Settings:
     )
     end_of_turn_max_silence_ms: int = _env_field(
         "END_OF_TURN_MAX_SILENCE_MS",
-        1200,
+        1000,
         "Silence that ends the turn even when the model thinks the caller is not done.",
     )
     barge_in_min_speech_ms: int = _env_field(

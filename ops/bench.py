@@ -80,26 +80,34 @@ class CallBench:
         }
 
 
-async def _latency_call(url: str, token: str | None, questions: tuple[str, ...]) -> CallReport:
+async def _latency_call(
+    url: str, token: str | None, questions: tuple[str, ...], voice: str
+) -> CallReport:
     turns = [CallerTurn(text=q, after="bot_done", delay_ms=700) for q in questions]
     return await simulate_call(
-        SimulationConfig(base_url=url, auth_token=token, turns=turns, hangup_after_ms=3000)
+        SimulationConfig(
+            base_url=url, auth_token=token, turns=turns, hangup_after_ms=3000, voice_engine=voice
+        )
     )
 
 
-async def _barge_in_call(url: str, token: str | None) -> CallReport:
-    turn = CallerTurn(text=BARGE_IN, after="bot_speaking", delay_ms=1500)
+async def _barge_in_call(url: str, token: str | None, voice: str) -> CallReport:
+    turn = CallerTurn(text=BARGE_IN, after="bot_speaking", delay_ms=500)
     return await simulate_call(
-        SimulationConfig(base_url=url, auth_token=token, turns=[turn], hangup_after_ms=2000)
+        SimulationConfig(
+            base_url=url, auth_token=token, turns=[turn], hangup_after_ms=2000, voice_engine=voice
+        )
     )
 
 
-async def run_call_bench(url: str, token: str | None, calls: int, bench: CallBench) -> None:
+async def run_call_bench(
+    url: str, token: str | None, calls: int, bench: CallBench, voice: str = "piper"
+) -> None:
     for index in range(calls):
         questions = QUESTIONS[index % 2 :: 2] if calls > 1 else QUESTIONS
-        report = await _latency_call(url, token, questions)
+        report = await _latency_call(url, token, questions, voice)
         _collect(report, bench)
-        barge = await _barge_in_call(url, token)
+        barge = await _barge_in_call(url, token, voice)
         _collect(barge, bench)
         if barge.clears and barge.turns:
             bench.barge_in_ms.append(barge.clears[0] - barge.turns[0].speech_start_ms)
@@ -125,7 +133,7 @@ def bench_call(args: argparse.Namespace) -> dict[str, object]:
     settings = Settings.from_env()
     bench = CallBench(machine=machine(), stt_model=settings.stt_model)
     if args.url:
-        asyncio.run(run_call_bench(args.url, args.auth_token, args.calls, bench))
+        asyncio.run(run_call_bench(args.url, args.auth_token, args.calls, bench, args.voice))
     else:
         from app.main import create_app
         from ops.local_server import ServerThread, free_port
@@ -144,9 +152,19 @@ def bench_call(args: argparse.Namespace) -> dict[str, object]:
                 await asyncio.wait_for(ready.wait(), 600)
 
             servers.run(wait_ready(), timeout=620)
-            asyncio.run(run_call_bench(url, BENCH_TOKEN, args.calls, bench))
+            asyncio.run(run_call_bench(url, BENCH_TOKEN, args.calls, bench, args.voice))
+            breakdown = _server_breakdown(app)
         finally:
             servers.close()
+        return {
+            "machine": bench.machine,
+            "stt_model": bench.stt_model,
+            "caller_voice": args.voice,
+            **bench.summary(),
+            **breakdown,
+            "latencies_ms": [round(v) for v in bench.latencies_ms],
+            "barge_in_ms": [round(v) for v in bench.barge_in_ms],
+        }
     return {
         "machine": bench.machine,
         "stt_model": bench.stt_model,
@@ -154,6 +172,24 @@ def bench_call(args: argparse.Namespace) -> dict[str, object]:
         "latencies_ms": [round(v) for v in bench.latencies_ms],
         "barge_in_ms": [round(v) for v in bench.barge_in_ms],
     }
+
+
+def _server_breakdown(app: object) -> dict[str, float]:
+    """Medians of the server's own per-turn timings: where the time goes."""
+    timings = [
+        t
+        for session in app.state.services.calls.values()  # type: ignore[attr-defined]
+        for t in session.agent.timings
+        if t.mouth_to_mouth_ms is not None
+    ]
+    parts = {
+        "server_end_of_turn_ms": [t.end_of_turn_ms for t in timings],
+        "server_stt_ms": [t.stt_ms for t in timings],
+        "server_llm_first_token_ms": [t.llm_first_token_ms or 0.0 for t in timings],
+        "server_tts_first_audio_ms": [t.tts_first_audio_ms or 0.0 for t in timings],
+        "server_mouth_to_mouth_ms": [t.mouth_to_mouth_ms or 0.0 for t in timings],
+    }
+    return {f"{k}_p50": percentile(v, 50) for k, v in parts.items()}
 
 
 def bench_frontend(args: argparse.Namespace) -> dict[str, object]:
@@ -204,6 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     call.add_argument("--calls", type=int, default=2, help="latency calls (3 questions each)")
     call.add_argument("--url", default="", help="dial a running server instead of starting one")
     call.add_argument("--auth-token", default=os.environ.get("TWILIO_AUTH_TOKEN"))
+    call.add_argument(
+        "--voice",
+        default="piper",
+        choices=("piper", "espeak"),
+        help="the caller's voice: piper (natural prosody) or espeak (flat, harder)",
+    )
     frontend = sub.add_parser("frontend", help="CPU per 20 ms frame of the inbound chain")
     frontend.add_argument("--repeat", type=int, default=5)
     for p in (call, frontend):

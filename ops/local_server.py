@@ -34,6 +34,7 @@ class ServerThread:
         self._thread = threading.Thread(target=self.loop.run_forever, name="servers", daemon=True)
         self._thread.start()
         self._servers: list[uvicorn.Server] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self.stack = AsyncExitStack()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 300) -> T:
@@ -54,7 +55,7 @@ class ServerThread:
         self._servers.append(server)
 
         async def start() -> None:
-            self.loop.create_task(server.serve())
+            self._tasks.append(self.loop.create_task(server.serve()))
             while not server.started:  # noqa: ASYNC110 - uvicorn offers no event
                 await asyncio.sleep(0.02)
 
@@ -65,7 +66,9 @@ class ServerThread:
         async def stop() -> None:
             for server in self._servers:
                 server.should_exit = True
-            await asyncio.sleep(0.3)
+            # Let each server finish its lifespan shutdown (model servers, clients).
+            if self._tasks:
+                await asyncio.wait(self._tasks, timeout=20)
             await self.stack.aclose()
 
         with contextlib.suppress(Exception):

@@ -64,7 +64,7 @@ class CascadeModels:
 class TurnTaking:
     end_of_turn_threshold: float = 0.5
     min_silence_ms: int = 200
-    max_silence_ms: int = 1200
+    max_silence_ms: int = 1000
     barge_in_min_speech_ms: int = 600
     echo_margin_db: float = 12.0
     preroll_ms: int = 300
@@ -263,7 +263,9 @@ class CascadeAgent:
         if out.level_db >= self.playback.reference_level_db() - self.cfg.echo_margin_db:
             self._barge_samples += len(out.audio)
         loud_ms = self._barge_samples * 1000 // RATE
-        if speech_ms >= self.cfg.barge_in_min_speech_ms and loud_ms * 2 >= speech_ms:
+        # Voiced speech is loud; pauses and unvoiced sounds inside it are not, so a third
+        # of the time above the echo level is enough. Echo alone never gets there.
+        if speech_ms >= self.cfg.barge_in_min_speech_ms and loud_ms * 3 >= speech_ms:
             await self._barge_in()
 
     async def _barge_in(self) -> None:

@@ -22,7 +22,7 @@ class ClauseSplitter:
     `max_words`), which sounds more natural.
     """
 
-    def __init__(self, *, first_min_words: int = 3, max_words: int = 30) -> None:
+    def __init__(self, *, first_min_words: int = 2, max_words: int = 30) -> None:
         self._buffer = ""
         self._first_min_words = first_min_words
         self._max_words = max_words

@@ -88,8 +88,17 @@ class OpenAIChat:
         await self._client.close()
 
 
+LLM_NICENESS = 10
+
+
 def _die_with_parent() -> None:
-    """In the child, before exec: if we are killed (even -9), the server goes too."""
+    """In the child, before exec: if we are killed (even -9), the server goes too.
+
+    It also runs at a lower CPU priority: on a small box the caller's audio path and
+    the first clause's synthesis must not queue behind the rest of the reply being
+    written, which nobody will hear for another second or two.
+    """
+    os.nice(LLM_NICENESS)
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Protocol
 
@@ -40,12 +42,40 @@ class PiperSpeaker:
         # length_scale > 1 is slower speech.
         self._config = SynthesisConfig(length_scale=1.0 / max(speed, 0.1))
         self.sample_rate: int = self._voice.config.sample_rate
+        # Replies open with the same few clauses again and again ("Sure,", "I'm sorry,"):
+        # a small cache makes those instant.
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_lock = threading.Lock()
 
     def synthesize(self, text: str) -> np.ndarray:
+        with self._cache_lock:
+            if (cached := self._cache.get(text)) is not None:
+                self._cache.move_to_end(text)
+                return cached
         try:
             chunks = [c.audio_float_array for c in self._voice.synthesize(text, self._config)]
         except Exception as exc:  # onnxruntime and the phonemizer raise assorted errors
             raise TextToSpeechError(f"piper failed on {text!r}: {exc}") from exc
         if not chunks:
             return np.zeros(0, dtype=np.float32)
-        return np.concatenate(chunks).astype(np.float32, copy=False)
+        audio = trim_leading_silence(np.concatenate(chunks).astype(np.float32, copy=False))
+        audio.setflags(write=False)  # shared through the cache
+        if len(text) <= CACHED_CLAUSE_CHARS:
+            with self._cache_lock:
+                self._cache[text] = audio
+                if len(self._cache) > CACHE_ENTRIES:
+                    self._cache.popitem(last=False)
+        return audio
+
+
+CACHE_ENTRIES = 256
+CACHED_CLAUSE_CHARS = 60
+_LEAD_THRESHOLD = 10 ** (-45 / 20)  # -45 dBFS
+
+
+def trim_leading_silence(audio: np.ndarray, keep: int = 110) -> np.ndarray:
+    """Piper starts most sentences with ~40 ms of near-silence: the caller waits for it."""
+    loud = np.flatnonzero(np.abs(audio) > _LEAD_THRESHOLD)
+    if loud.size == 0:
+        return audio
+    return audio[max(int(loud[0]) - keep, 0) :]

@@ -305,14 +305,15 @@ async def test_a_likely_end_of_turn_is_taken_after_min_silence() -> None:
 async def test_an_unlikely_end_of_turn_waits_for_max_silence() -> None:
     trailing_off = "I'd like to book a table for"
     async with call(stt=hearing(trailing_off), eot=end_of_turn(0.01)) as session:
+        max_silence = TurnTaking().max_silence_ms
         await session.talk(600)
-        await session.pause(1180)
+        await session.pause(max_silence - 20)
         assert session.caller_turns() == []
         assert session.llm.prompts == []
         await session.pause(20)
         assert session.caller_turns() == [trailing_off]
         [decision] = [data for name, data in session.events if name == "end_of_turn"]
-        assert decision["silence_ms"] == 1200
+        assert decision["silence_ms"] == max_silence
         await session.bot_said(REPLY_TEXT)
 
 
