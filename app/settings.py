@@ -119,7 +119,7 @@ class Settings:
         "STT_MODEL",
         "tiny.en",
         "Whisper model: 'tiny.en' (bundled, fastest), 'base' (bundled, more accurate, "
-        "~250 ms slower per turn) or a path to a CTranslate2 model folder.",
+        "~150 ms slower per turn) or a path to a CTranslate2 model folder.",
     )
     stt_language: str = _env_field("STT_LANGUAGE", "en", "Language spoken by callers.")
     model_threads: int = _env_field(
