@@ -6,8 +6,9 @@ its turn is cut to the words that played, so the model never believes it said mo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 
 class Speaker(StrEnum):
@@ -22,7 +23,9 @@ class Turn:
     turn_id: int
     truncated: bool = False
     intended: str = ""  # for a bot turn: everything it meant to say
-    meta: dict[str, float] = field(default_factory=dict)
+    start_ms: float | None = None  # call clock
+    end_ms: float | None = None
+    latency: dict[str, float | None] | None = None  # for a bot turn: how long it took
 
 
 class Conversation:
@@ -74,6 +77,24 @@ class Conversation:
         turn.text = text
         if not text:
             self.turns.remove(turn)
+
+    def transcript(self) -> dict[str, Any]:
+        """The call's transcript, as recorded in transcript.json."""
+        return {
+            "turns": [
+                {
+                    "speaker": str(turn.speaker),
+                    "text": turn.text,
+                    "start_ms": turn.start_ms,
+                    "end_ms": turn.end_ms,
+                    "truncated": turn.truncated,
+                    "intended": turn.intended,
+                    "latency": turn.latency,
+                }
+                for turn in self.turns
+                if turn.text
+            ]
+        }
 
     def messages(self) -> list[dict[str, str]]:
         """Chat messages for the LLM: persona first, then the last turns that fit."""

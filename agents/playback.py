@@ -28,10 +28,20 @@ class AudioSink(Protocol):
 
 
 class Playback:
-    def __init__(self, sink: AudioSink, now: Callable[[], int], *, chunk_ms: int = 100) -> None:
+    def __init__(
+        self,
+        sink: AudioSink,
+        now: Callable[[], int],
+        *,
+        chunk_ms: int = 100,
+        on_played: Callable[[int, np.ndarray], None] | None = None,
+        on_event: Callable[[str, dict[str, object]], None] | None = None,
+    ) -> None:
         self._sink = sink
-        self._now = now  # call clock, in 8 kHz samples of caller audio received
-        self.clock = PlayoutClock(PHONE_RATE)
+        self.now = now  # call clock, in 8 kHz samples of caller audio received
+        self._now = now
+        self.clock = PlayoutClock(PHONE_RATE, on_played=on_played)
+        self._emit = on_event or (lambda _name, _data: None)
         self._chunk = PHONE_RATE * chunk_ms // 1000
         self.first_audio_at: int | None = None  # clock position of the last turn's first chunk
 
@@ -48,10 +58,13 @@ class Playback:
             await self._sink.send_media(mulaw_encode(chunk))
             await self._sink.send_mark(name)
             self.clock.sent(name, len(chunk), piece, turn_id, self._now(), pcm=chunk)
+            self._emit("mark_sent", {"name": name, "samples": len(chunk)})
         return starts_at
 
     def echoed(self, name: str) -> bool:
-        return self.clock.echoed(name, self._now()) is not None
+        played = self.clock.echoed(name, self._now()) is not None
+        self._emit("mark_echoed", {"name": name, "played": played})
+        return played
 
     async def clear(self) -> list[Heard]:
         await self._sink.send_clear()

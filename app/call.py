@@ -19,8 +19,11 @@ from agents.cascade.agent import CascadeAgent, CascadeModels, Digits, TurnTaking
 from agents.conversation import Conversation
 from agents.playback import Playback
 from agents.tasks import cancel_and_wait
+from media.codec import float_to_pcm16, mulaw_decode
 from media.frontend import FrontEnd, FrontEndOutput
 from media.inbound import InboundAudioClock
+from recordings.recorder import CallRecorder
+from telephony.errors import ProtocolError
 from telephony.protocol import Dtmf, Mark, Media, Start, Stop
 from telephony.stream import TwilioStream
 
@@ -42,8 +45,10 @@ class CallSession:
         settings: Settings,
         models: CascadeModels,
         metrics: Metrics,
+        recorder: CallRecorder | None = None,
     ) -> None:
         self.start = start
+        self.recorder = recorder
         self.call_sid = start.call_sid
         self.stream = stream
         self.settings = settings
@@ -52,7 +57,13 @@ class CallSession:
         self.frontend = FrontEnd(
             denoise=settings.denoise, vad_start=settings.vad_threshold, min_silence_ms=64
         )
-        self.playback = Playback(stream, self.now, chunk_ms=settings.chunk_ms)
+        self.playback = Playback(
+            stream,
+            self.now,
+            chunk_ms=settings.chunk_ms,
+            on_played=self._record_bot_audio if recorder else None,
+            on_event=self._record if recorder else None,
+        )
         self.conversation = Conversation(settings.persona(), max_turns=settings.history_turns)
         self.agent = CascadeAgent(
             models,
@@ -73,6 +84,7 @@ class CallSession:
         self._audio: asyncio.Queue[bytes | object] = asyncio.Queue()
         self._agent_inputs: asyncio.Queue[FrontEndOutput | Digits | object] = asyncio.Queue()
         self.outcome = "hangup"
+        self.counts = {"barge_in": 0, "backend_error": 0, "protocol_error": 0}
 
     def now(self) -> int:
         """The call clock: 8 kHz samples of caller audio received (gaps filled)."""
@@ -80,8 +92,28 @@ class CallSession:
 
     def _log_event(self, name: str, data: dict[str, object]) -> None:
         log.info("call %s: %s %s", self.call_sid, name, data)
+        self._record(name, data)
+
+    def _record(self, name: str, data: dict[str, object]) -> None:
+        if name in self.counts:
+            self.counts[name] += 1
+        if self.recorder is not None:
+            try:
+                self.recorder.event(self.now() / 8, name, **data)
+            except (ValueError, TypeError):  # a malformed event must not cost the call
+                log.exception("call %s: event %r not recorded", self.call_sid, name)
+
+    def _record_bot_audio(self, start: int, pcm: object) -> None:
+        assert self.recorder is not None
+        self.recorder.bot_audio(start, float_to_pcm16(pcm))  # type: ignore[arg-type]
+
+    def protocol_error(self, exc: ProtocolError) -> None:
+        self._record("protocol_error", {"kind": str(exc.kind), "error": str(exc)})
 
     async def run(self) -> None:
+        self._record(
+            "stream_start", {"stream_sid": self.start.stream_sid, "tracks": list(self.start.tracks)}
+        )
         try:
             async with asyncio.TaskGroup() as tasks:
                 frontend = tasks.create_task(self._frontend_loop(), name="frontend")
@@ -97,13 +129,51 @@ class CallSession:
                 log.error("call %s failed", self.call_sid, exc_info=exc)
         finally:
             self.frontend.close()
+            self._record("stream_stop", {"outcome": self.outcome})
+            await self._close_record()
+
+    async def _close_record(self) -> None:
+        """Finish the record whatever ended the call; a cancellation must not cut it short."""
+        if self.recorder is None:
+            return
+        closing = asyncio.to_thread(
+            self.recorder.close,
+            ended_with=self.outcome,
+            transcript=self.conversation.transcript(),
+            meta_updates={"summary": self.summary()},
+        )
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.metrics.errors.labels(stage="recording").inc()
+            log.exception("call %s: closing the record failed", self.call_sid)
+
+    def summary(self) -> dict[str, object]:
+        latencies = sorted(
+            t.mouth_to_mouth_ms for t in self.agent.timings if t.mouth_to_mouth_ms is not None
+        )
+        return {
+            "turns": sum(1 for t in self.conversation.turns if t.text),
+            "barge_ins": self.counts["barge_in"],
+            "errors": self.counts["backend_error"],
+            "protocol_errors": self.counts["protocol_error"],
+            "mouth_to_mouth_ms": {
+                "p50": latencies[len(latencies) // 2] if latencies else None,
+                "max": latencies[-1] if latencies else None,
+            },
+        }
 
     async def _receive_loop(self) -> None:
         while (event := await self.stream.receive()) is not None:
             if isinstance(event, Media):
                 if event.track not in ("inbound", "inbound_track"):
                     continue
-                self._audio.put_nowait(self.inbound.push(event.timestamp_ms, event.payload))
+                audio = self.inbound.push(event.timestamp_ms, event.payload)
+                self._audio.put_nowait(audio)
+                if self.recorder is not None:
+                    self.recorder.caller_audio(mulaw_decode(audio))
             elif isinstance(event, Mark):
                 if not self.playback.echoed(event.name):
                     log.debug(

@@ -86,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         return simulate(argv[1:])
     if argv and argv[0] == "bench":
         return bench(argv[1:])
+    if argv and argv[0] == "calls":
+        from ops.calls import main as calls_main
+
+        return calls_main(argv[1:])
     parser = argparse.ArgumentParser(prog="offhook", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve_parser = commands.add_parser("serve", help="run the phone bot (settings from env)")
@@ -98,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("settings", help="list every setting").set_defaults(func=show_settings)
     commands.add_parser("simulate", help="call a running server as Twilio would (see --help)")
     commands.add_parser("bench", help="latency and CPU benchmarks (see --help)")
+    commands.add_parser("calls", help="list, show, replay, export, plot, clean up call records")
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

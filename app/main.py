@@ -19,6 +19,11 @@ from app.call import CallSession
 from app.metrics import CONTENT_TYPE
 from app.services import Services, load_models
 from app.settings import Settings
+from recordings.errors import RecordError
+from recordings.privacy import mask_number
+from recordings.recorder import CallRecorder
+from recordings.retention import retention_loop
+from recordings.store import RecordStore
 from telephony.errors import ProtocolError
 from telephony.protocol import Connected, Start
 from telephony.security import public_url, stream_url
@@ -26,6 +31,8 @@ from telephony.stream import TwilioStream
 from telephony.twiml import connect_stream_twiml, say_and_hangup_twiml
 
 log = logging.getLogger(__name__)
+
+OFFHOOK_VERSION = "0.1.0"
 
 VOICE_PATH = "/twilio/voice"
 STATUS_PATH = "/twilio/status"
@@ -72,7 +79,11 @@ async def voice_webhook(request: Request) -> Response:
     if services.active_calls >= settings.max_calls:
         services.metrics.rejected_calls.labels(reason="busy").inc()
         return _twiml(say_and_hangup_twiml(BUSY_MESSAGE))
-    parameters = {"token": services.tokens.issue(call_sid), "from": str(form.get("From") or "")}
+    parameters = {
+        "token": services.tokens.issue(call_sid),
+        "from": str(form.get("From") or ""),
+        "to": str(form.get("To") or ""),
+    }
     twiml = connect_stream_twiml(
         stream_url(base, MEDIA_PATH),
         parameters,
@@ -125,7 +136,14 @@ async def media_stream(websocket: WebSocket) -> None:
         services.metrics.protocol_errors.labels(kind=exc.kind).inc()
         log.warning("media stream: %s (%s)", exc, exc.kind)
 
-    stream = TwilioStream(websocket, report)
+    session: CallSession | None = None
+
+    def report_in_call(exc: ProtocolError) -> None:
+        report(exc)
+        if session is not None:
+            session.protocol_error(exc)
+
+    stream = TwilioStream(websocket, report_in_call)
     start = await _await_start(stream)
     if start is None:
         await stream.close(POLICY_VIOLATION, "no start event")
@@ -141,15 +159,54 @@ async def media_stream(websocket: WebSocket) -> None:
         services.metrics.rejected_calls.labels(reason="busy" if models else "not_ready").inc()
         await stream.close(TRY_AGAIN_LATER, "busy")
         return
-    session = CallSession(start, stream, settings=settings, models=models, metrics=services.metrics)
+    recorder = await _start_record(services, start)
+    session = CallSession(
+        start, stream, settings=settings, models=models, metrics=services.metrics, recorder=recorder
+    )
     services.remember(session)
     try:
         await session.run()
     finally:
+        services.open_records.discard(start.call_sid)
         services.release()
         services.metrics.calls.labels(outcome=session.outcome).inc()
         await stream.close()
         log.info("call %s ended: %s", start.call_sid, session.outcome)
+
+
+async def _start_record(services: Services, start: Start) -> CallRecorder | None:
+    """Open the call's record; a record that cannot be opened must not cost the call."""
+    settings = services.settings
+    if not settings.recording:
+        return None
+    caller = start.parameters.get("from", "")
+    meta = {
+        "call_sid": start.call_sid,
+        "stream_sid": start.stream_sid,
+        "account_sid": start.account_sid,
+        "from": mask_number(caller) if settings.mask_caller_number and caller else caller,
+        "to": start.parameters.get("to", ""),
+        "agent": "cascade",
+        "fallbacks": [],
+        "versions": {
+            "offhook": OFFHOOK_VERSION,
+            "settings": settings.fingerprint(),
+            "models": {
+                "stt": settings.stt_model,
+                "llm": settings.llm_model or (settings.llm_gguf or "smollm2-135m-instruct"),
+                "tts": settings.tts_voice or "piper-joe-medium",
+                "end_of_turn": "smart-turn-v3.2",
+            },
+        },
+    }
+    services.open_records.add(start.call_sid)  # before the folder exists: repair must skip it
+    try:
+        return await asyncio.to_thread(CallRecorder, settings.calls_dir, start.call_sid, meta=meta)
+    except (RecordError, OSError) as exc:
+        services.open_records.discard(start.call_sid)
+        services.metrics.errors.labels(stage="recording").inc()
+        log.error("call %s: cannot start its record: %s", start.call_sid, exc)
+        return None
 
 
 async def _await_start(stream: TwilioStream) -> Start | None:
@@ -190,18 +247,22 @@ def create_app(settings: Settings, *, models: CascadeModels | None = None) -> St
                 "Anyone who finds this server can place calls through it."
             )
         async with AsyncExitStack() as stack:
-            loader = None
+            background: list[asyncio.Task[None]] = []
             if services.models is None:
-                loader = asyncio.create_task(_load(services, stack), name="load-models")
+                background.append(asyncio.create_task(_load(services, stack), name="load-models"))
             else:
                 services.ready.set()
+            if settings.recording:
+                background.append(
+                    asyncio.create_task(_look_after_records(services), name="records")
+                )
             try:
                 yield
             finally:
-                if loader is not None:
-                    loader.cancel()
+                for task in background:
+                    task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
-                        await loader
+                        await task
 
     app = Starlette(
         routes=[
@@ -215,6 +276,19 @@ def create_app(settings: Settings, *, models: CascadeModels | None = None) -> St
     )
     app.state.services = services
     return app
+
+
+async def _look_after_records(services: Services) -> None:
+    """Repair what a crash left open, then apply retention daily."""
+    store = RecordStore(services.settings.calls_dir)
+    active = services.recording_now
+    try:
+        repaired = await asyncio.to_thread(store.repair, active())
+        if repaired:
+            log.warning("repaired %d call record(s) left open by a crash", len(repaired))
+    except Exception:
+        log.exception("repairing call records under %s failed", store.root)
+    await retention_loop(store, services.settings, active=active)
 
 
 async def _load(services: Services, stack: AsyncExitStack) -> None:

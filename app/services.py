@@ -43,6 +43,15 @@ class Services:
         self.ready = asyncio.Event()
         # Active and recently finished calls, for introspection (tests, debugging).
         self.calls: OrderedDict[str, CallSession] = OrderedDict()
+        self.open_records: set[str] = set()
+
+    def recording_now(self) -> set[str]:
+        """Calls whose records are still being written: never repaired or cleaned up."""
+        return {
+            sid
+            for sid, session in self.calls.items()
+            if session.recorder is not None and not session.recorder.closed
+        }
 
     def remember(self, session: CallSession) -> None:
         self.calls[session.call_sid] = session

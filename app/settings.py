@@ -156,7 +156,23 @@ class Settings:
         "chunks make barge-in truncation more exact.",
     )
     # --- recording and logging ---------------------------------------------------------
-    data_dir: str = _env_field("DATA_DIR", "./data", "Where call records are written.")
+    data_dir: str = _env_field(
+        "DATA_DIR", "./data", "Where call records are written (one folder per call under calls/)."
+    )
+    recording: bool = _env_field(
+        "RECORDING", True, "Record every call: audio both ways, timeline, transcript, meta."
+    )
+    mask_caller_number: bool = _env_field(
+        "MASK_CALLER_NUMBER", True, "Store callers' numbers masked (+1555***4567) in records."
+    )
+    retention_days: float = _env_field(
+        "RETENTION_DAYS",
+        30.0,
+        "Call records older than this are deleted (daily, and by `offhook calls cleanup`).",
+    )
+    max_storage_gb: float = _env_field(
+        "MAX_STORAGE_GB", 10.0, "When records exceed this size, the oldest are deleted first."
+    )
     log_level: str = _env_field("LOG_LEVEL", "INFO", "Python logging level.")
 
     _token_fallback: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
@@ -204,6 +220,17 @@ class Settings:
         if self.twilio_auth_token:
             return b"offhook-call-token:" + self.twilio_auth_token.encode()
         return self._token_fallback.encode()
+
+    @property
+    def calls_dir(self) -> Path:
+        return Path(self.data_dir) / "calls"
+
+    def fingerprint(self) -> str:
+        """A short hash of every non-secret setting: which configuration served a call."""
+        import hashlib
+
+        rows = [f"{env}={value}" for env, value, _ in Settings.describe(self)]
+        return hashlib.sha256("\n".join(rows).encode()).hexdigest()[:12]
 
     def persona(self) -> str:
         if self.system_prompt_file:

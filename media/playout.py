@@ -13,6 +13,7 @@ All times are samples on the 8 kHz call clock.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -74,8 +75,16 @@ def _cut_at_word(text: str, fraction: float) -> str:
 class PlayoutClock:
     """Mirrors Twilio's playback of the bot's audio for one call."""
 
-    def __init__(self, sample_rate: int = 8000, history_samples: int | None = None) -> None:
+    def __init__(
+        self,
+        sample_rate: int = 8000,
+        history_samples: int | None = None,
+        on_played: Callable[[int, np.ndarray], None] | None = None,
+    ) -> None:
         self.sample_rate = sample_rate
+        # Told (start sample, float32 pcm) for every piece of audio the caller heard, in
+        # order: the call's record of the bot's side.
+        self._on_played = on_played
         self._history_samples = sample_rate if history_samples is None else history_samples
         self._pending: OrderedDict[str, ChunkRecord] = OrderedDict()
         self._cleared: set[str] = set()  # names whose (late) echoes mean "discarded"
@@ -228,6 +237,8 @@ class PlayoutClock:
         if chunk.pcm is not None and samples:
             start = chunk.expected_start
             self._played.append((start, start + samples, chunk.pcm[:samples]))
+            if self._on_played is not None:
+                self._on_played(start, chunk.pcm[:samples])
         chunk.pcm = None
         newest_end = max(end for _, end, _ in self._played) if self._played else 0
         while self._played and self._played[0][1] <= newest_end - self._history_samples:

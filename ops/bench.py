@@ -3,6 +3,7 @@
     offhook bench call      scripted calls against the real bot: mouth-to-mouth latency
                             at the caller's ear (p50/p90), and barge-in onset → clear
     offhook bench frontend  CPU per 20 ms frame of the inbound audio chain
+    offhook bench recorder  what recording a call costs its event loop per frame
 
 `call` starts the bot in-process on 127.0.0.1 (or dials `--url`), plays a Twilio caller
 with espeak speech through 8 kHz mu-law, and reads every figure off the simulated
@@ -217,6 +218,51 @@ def bench_frontend(args: argparse.Namespace) -> dict[str, object]:
     return result
 
 
+def bench_recorder(args: argparse.Namespace) -> dict[str, object]:
+    """What recording costs the call's event loop per 20 ms frame, and the writer's pace."""
+    import tempfile
+
+    from media.codec import mulaw_decode, mulaw_encode
+    from recordings.recorder import CallRecorder
+
+    frames = args.seconds * 50
+    rng = np.random.default_rng(7)
+    payload = mulaw_encode((rng.standard_normal(160) * 3000).astype(np.int16))
+    bot = (rng.standard_normal(800) * 3000).astype(np.int16)
+    with tempfile.TemporaryDirectory() as root:
+        recorder = CallRecorder(Path(root), "CAbench", meta={"agent": "bench"})
+        per_frame = []
+        began = time.perf_counter()
+        for i in range(frames):
+            # Frames arrive `speed` times faster than a real call: the writer must keep up.
+            lag = began + i * 0.02 / args.speed - time.perf_counter()
+            if lag > 0:
+                time.sleep(lag)
+            started = time.perf_counter()
+            # What the call path does per frame: caller audio, and every 5th frame a
+            # played 100 ms bot chunk with its mark sent and echoed.
+            recorder.caller_audio(mulaw_decode(payload))
+            if i % 5 == 0:
+                recorder.event(i * 20.0, "mark_sent", name=f"m{i}", samples=800)
+                recorder.event(i * 20.0, "mark_echoed", name=f"m{i}", played=True)
+                recorder.bot_audio(i * 160, bot)
+            per_frame.append((time.perf_counter() - started) * 1e6)
+        closing = time.perf_counter()
+        recorder.close(ended_with="completed", transcript={"turns": []})
+        close_ms = (time.perf_counter() - closing) * 1000
+        dropped = recorder.dropped
+    return {
+        "machine": machine(),
+        "call_seconds": args.seconds,
+        "speed_x_real_time": args.speed,
+        "loop_us_per_frame_p50": round(percentile(per_frame, 50), 1),
+        "loop_us_per_frame_p99": round(percentile(per_frame, 99), 1),
+        "loop_share_of_frame_pct": round(percentile(per_frame, 50) / 20_000 * 100, 3),
+        "close_ms": round(close_ms, 1),
+        "dropped_items": dropped,
+    }
+
+
 def _print(title: str, result: dict[str, object]) -> None:
     table = Table(title=title)
     table.add_column("measure")
@@ -248,10 +294,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     frontend = sub.add_parser("frontend", help="CPU per 20 ms frame of the inbound chain")
     frontend.add_argument("--repeat", type=int, default=5)
-    for p in (call, frontend):
+    recorder = sub.add_parser("recorder", help="recording cost on the call's event loop")
+    recorder.add_argument("--seconds", type=int, default=300, help="length of the fake call")
+    recorder.add_argument(
+        "--speed", type=float, default=10.0, help="frames arrive this much faster than real time"
+    )
+    for p in (call, frontend, recorder):
         p.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
-    result = bench_call(args) if args.what == "call" else bench_frontend(args)
+    runs = {"call": bench_call, "frontend": bench_frontend, "recorder": bench_recorder}
+    result = runs[args.what](args)
     _print(f"offhook bench {args.what} — {result['machine']}", result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

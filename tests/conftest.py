@@ -7,6 +7,7 @@ per session.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,7 @@ def models(servers: ServerThread) -> CascadeModels:
 
 def start_bot(servers: ServerThread, models: CascadeModels | None, **overrides: Any) -> Bot:
     port = free_port()
+    overrides.setdefault("data_dir", tempfile.mkdtemp(prefix="offhook-test-data-"))
     settings = test_settings(public_url=f"http://127.0.0.1:{port}", **overrides)
     app = create_app(settings, models=models)
     url = servers.serve(app, port)

@@ -135,6 +135,7 @@ class CascadeAgent:
         self._overlap = False  # the current utterance began while the bot was audible
         self._speaking = False
         self._speech_end: int | None = None
+        self._utterance_start = 0  # 16 kHz sample of the utterance's first (preroll) audio
         self._position = 0  # 16 kHz samples of front-end output seen
         self._speech_start = 0  # 16 kHz sample where the current speech run began
         self._barge_samples = 0  # samples of it louder than the bot's echo
@@ -229,6 +230,7 @@ class CascadeAgent:
     def _begin_utterance(self) -> None:
         self._collecting = True
         self._utterance = list(self._preroll)
+        self._utterance_start = self._position - self._preroll_samples
         self._speech_end = None
 
     def _on_speech_stopped(self, sample: int) -> None:
@@ -273,7 +275,10 @@ class CascadeAgent:
         await self._cancel_response(reason="barge_in")
         heard = await self.playback.clear()
         self.metrics.barge_ins.inc()
+        cleared_ms = self.playback.now() * 1000 / PHONE_RATE
         for record in heard:
+            if (turn := self.conversation.bot_turn(record.turn_id)) is not None:
+                turn.end_ms = cleared_ms
             self.conversation.heard(record.turn_id, record.text)
             self._emit(
                 "barge_in",
@@ -371,7 +376,11 @@ class CascadeAgent:
             self._utterance = []
             self._emit("empty_transcript", {})
             return
-        self._committed_turn = self.conversation.add_caller(text)
+        turn = self.conversation.add_caller(text)
+        if turn.start_ms is None:
+            turn.start_ms = self._utterance_start * 1000 / RATE
+        turn.end_ms = timing.speech_end * 1000 / RATE
+        self._committed_turn = turn
         self._emit("caller_turn", {"text": text})
         self._start_response(timing)
 
@@ -437,6 +446,16 @@ class CascadeAgent:
                 self._response = None
         if timing is not None:
             self.timings.append(timing)
+            turn.latency = {
+                "end_of_turn_ms": timing.end_of_turn_ms,
+                "stt_ms": timing.stt_ms,
+                "llm_first_token_ms": timing.llm_first_token_ms,
+                "tts_first_audio_ms": timing.tts_first_audio_ms,
+                "mouth_to_mouth_ms": timing.mouth_to_mouth_ms,
+            }
+            self._emit(
+                "turn_timing", {"speech_end_ms": timing.speech_end * 1000 / RATE, **turn.latency}
+            )
 
     async def _speak_canned(self, turn: Turn, text: str) -> None:
         pcm = self.models.canned.get(text)
@@ -445,7 +464,11 @@ class CascadeAgent:
         await self._play(turn, pcm, text)
 
     async def _play(self, turn: Turn, pcm: np.ndarray, text: str) -> int:
-        starts_at = await self.playback.play(pcm, self.models.tts.sample_rate, text, turn.turn_id)
+        rate = self.models.tts.sample_rate
+        starts_at = await self.playback.play(pcm, rate, text, turn.turn_id)
+        if turn.start_ms is None:
+            turn.start_ms = starts_at * 1000 / PHONE_RATE
+        turn.end_ms = starts_at * 1000 / PHONE_RATE + len(pcm) * 1000 / rate
         if not self._response_audible:
             self._response_audible = True
             self._utterance = []  # the caller's turn is now answered: keep no stale audio
@@ -469,6 +492,7 @@ class CascadeAgent:
                         first = False
                         elapsed = time.perf_counter() - started
                         self.metrics.llm_first_token_seconds.observe(elapsed)
+                        self._emit("llm_first_token", {"ms": elapsed * 1000})
                         if timing is not None:
                             timing.llm_first_token_ms = elapsed * 1000
                     for clause in splitter.feed(delta):
@@ -486,6 +510,7 @@ class CascadeAgent:
                     first = False
                     elapsed = time.perf_counter() - started
                     self.metrics.tts_first_audio_seconds.observe(elapsed)
+                    self._emit("tts_first_audio", {"ms": elapsed * 1000, "text": clause})
                     if timing is not None:
                         timing.tts_first_audio_ms = elapsed * 1000
                 starts_at = await self._play(turn, pcm, clause)

@@ -1,0 +1,36 @@
+"""Phone numbers shown in logs and listings, with the subscriber part hidden."""
+
+from __future__ import annotations
+
+__all__ = ["mask_number"]
+
+# ITU-T E.164 country codes by length: 1 and 7 take one digit, these take two, the
+# rest three. Enough to keep a country code whole without a numbering-plan database.
+_ONE_DIGIT = frozenset({"1", "7"})
+_TWO_DIGIT = frozenset(
+    "20 27 30 31 32 33 34 36 39 40 41 43 44 45 46 47 48 49 51 52 53 54 55 56 57 58 "
+    "60 61 62 63 64 65 66 81 82 84 86 90 91 92 93 94 95 98".split()
+)
+_KEPT_AFTER_CODE = 3
+_KEPT_AT_END = 4
+
+
+def mask_number(number: str) -> str:
+    """'+15551234567' -> '+1555***4567': country code and three digits, then the last four.
+
+    Anything that is not an E.164 number long enough to keep some digits hidden
+    (a short code, 'anonymous', a SIP or client address) becomes '***'.
+    """
+    digits = number[1:]
+    if not number.startswith("+") or not digits.isdigit() or not digits.isascii():
+        return "***"
+    if digits[:1] in _ONE_DIGIT:
+        code = 1
+    elif digits[:2] in _TWO_DIGIT:
+        code = 2
+    else:
+        code = 3
+    head = code + _KEPT_AFTER_CODE
+    if len(digits) <= head + _KEPT_AT_END:
+        return "***"
+    return f"+{digits[:head]}***{digits[-_KEPT_AT_END:]}"
