@@ -163,6 +163,15 @@ class SimulationConfig:
     call_sid: str | None = None
     # A caller waiting for the bot speaks anyway after this long without bot audio.
     patience_s: float = 10.0
+    # Wall-clock pace: one 20 ms frame every 20/speed ms. Timestamps and every time in
+    # the report stay on the 20 ms call clock, but the server still works in wall time,
+    # so at speed != 1 its latencies in call-clock ms are scaled by speed and are not
+    # comparable with a real call's.
+    speed: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.speed > 0:
+            raise ValueError(f"expected speed > 0, got {self.speed}")
 
 
 @dataclass(frozen=True)
@@ -535,7 +544,8 @@ class _Call:
         self._finish()
 
     def _now_ms(self) -> float:
-        return (asyncio.get_running_loop().time() - self._t0) * 1000
+        """Call-clock ms since `start` (wall time scaled by the config's speed)."""
+        return (asyncio.get_running_loop().time() - self._t0) * 1000 * self._config.speed
 
     async def _send(self, build: Callable[[], str]) -> bool:
         """Write and send one frame, unless the call is over; True if it went out.
@@ -559,7 +569,7 @@ class _Call:
         tick = 0
         while not self._closed.is_set():
             # Deadlines from one reference, so a late wake-up never shifts later frames.
-            delay = self._t0 + tick * FRAME_S - loop.time()
+            delay = self._t0 + tick * FRAME_S / self._config.speed - loop.time()
             if delay > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._closed.wait(), delay)

@@ -104,6 +104,26 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def _child_environment() -> dict[str, str]:
+    """Our environment minus what llama_cpp.server would read as its own settings.
+
+    Its settings come from pydantic-settings, which reads HOST, PORT, MODEL... from the
+    environment and lets them win over the command line: our own PORT would make it
+    bind the port offhook is serving on.
+    """
+    try:
+        from llama_cpp.server.settings import ModelSettings, ServerSettings
+
+        theirs = {
+            name.upper() for name in (*ModelSettings.model_fields, *ServerSettings.model_fields)
+        }
+    except ImportError:  # the server extra is missing; start() will say so
+        theirs = {"HOST", "PORT", "MODEL"}
+    env = {key: value for key, value in os.environ.items() if key.upper() not in theirs}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -162,7 +182,7 @@ class EmbeddedLlamaServer:
             *command,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env=_child_environment(),
             preexec_fn=_die_with_parent,
         )
         self._log_task = asyncio.create_task(self._forward_logs(), name="llama-server-logs")
