@@ -25,7 +25,7 @@ from agents.cascade.llm import ChatModel
 from agents.cascade.stt import SpeechToText, Transcript
 from agents.cascade.tts import TextToSpeech
 from agents.conversation import Conversation, Turn
-from agents.errors import BackendError
+from agents.errors import BackendError, LanguageModelError
 from agents.playback import PHONE_RATE, Playback
 from agents.tasks import cancel_and_wait
 from media.frontend import FrontEndOutput
@@ -150,11 +150,14 @@ class CascadeAgent:
 
     # --- the loop --------------------------------------------------------------------
 
-    async def run(self, inputs: AsyncIterator[FrontEndOutput | Digits]) -> None:
+    async def run(
+        self, inputs: AsyncIterator[FrontEndOutput | Digits], *, greet: bool = True
+    ) -> None:
+        """Serve the call until `inputs` ends. `greet=False` when taking over a call."""
         async with asyncio.TaskGroup() as tasks:
             self._tasks = tasks
             try:
-                if self.greeting:
+                if self.greeting and greet:
                     self._start_response(None, canned=self.greeting)
                 async for item in inputs:
                     if isinstance(item, Digits):
@@ -483,6 +486,8 @@ class CascadeAgent:
         clauses: asyncio.Queue[str | None] = asyncio.Queue()
         messages = self.conversation.messages()
 
+        finished = asyncio.Event()  # the model's reply ended normally
+
         async def write() -> None:
             splitter = ClauseSplitter()
             first = True
@@ -499,6 +504,7 @@ class CascadeAgent:
                         clauses.put_nowait(clause)
                 for clause in splitter.flush():
                     clauses.put_nowait(clause)
+                finished.set()
             finally:
                 clauses.put_nowait(None)
 
@@ -520,8 +526,10 @@ class CascadeAgent:
                     gap = starts_at / PHONE_RATE - timing.speech_end / RATE
                     timing.mouth_to_mouth_ms = gap * 1000
                     self.metrics.mouth_to_mouth_seconds.observe(max(gap, 0.0))
-            if first:
-                self._emit("empty_reply", {})
+            if first and finished.is_set():
+                # Nothing speakable came back (empty, or only markup): the caller must not
+                # be left in silence after their turn. Treated as a failed reply.
+                raise LanguageModelError("the model's reply had nothing to say")
 
         async with asyncio.TaskGroup() as group:
             group.create_task(write())

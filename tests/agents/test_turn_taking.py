@@ -523,6 +523,17 @@ async def test_a_failing_llm_gets_the_apology_spoken() -> None:
         assert session.caller_turns() == [CALLER_SAYS]
 
 
+async def test_a_reply_with_nothing_to_say_gets_the_apology_not_silence() -> None:
+    async def stream(messages: Sequence[Message]) -> AsyncIterator[str]:
+        yield "**"  # markup only: nothing a phone line can carry
+
+    async with call(llm=ChatModelFake(stream)) as session:
+        await session.talk(600)
+        await session.pause(300)
+        await session.bot_said(APOLOGY)
+        assert session.count("offhook_errors_total", stage="llm") == 1
+
+
 async def test_a_failing_stt_gets_the_apology_spoken() -> None:
     stt = failing_stt(SpeechToTextError("whisper failed: out of memory"))
     async with call(stt=stt) as session:
