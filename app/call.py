@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from agents.cascade.agent import CascadeAgent, CascadeModels, Digits, TurnTaking
 from agents.conversation import Conversation
+from agents.duplex.gateway import CallInputs, DuplexAgent
+from agents.duplex.pool import Lease, NoWorker, QueueFull, WorkerPool
 from agents.playback import Playback
 from agents.tasks import cancel_and_wait
 from media.codec import float_to_pcm16, mulaw_decode
@@ -46,9 +47,12 @@ class CallSession:
         models: CascadeModels,
         metrics: Metrics,
         recorder: CallRecorder | None = None,
+        pool: WorkerPool | None = None,
     ) -> None:
         self.start = start
         self.recorder = recorder
+        self.pool = pool
+        self.models = models
         self.call_sid = start.call_sid
         self.stream = stream
         self.settings = settings
@@ -65,6 +69,7 @@ class CallSession:
             on_event=self._record if recorder else None,
         )
         self.conversation = Conversation(settings.persona(), max_turns=settings.history_turns)
+        # The cascade always exists: it serves the call, or stands by to take it over.
         self.agent = CascadeAgent(
             models,
             self.playback,
@@ -85,6 +90,8 @@ class CallSession:
         self._agent_inputs: asyncio.Queue[FrontEndOutput | Digits | object] = asyncio.Queue()
         self.outcome = "hangup"
         self.counts = {"barge_in": 0, "backend_error": 0, "protocol_error": 0}
+        self.agent_used = "cascade"
+        self.fallbacks: list[str] = []
 
     def now(self) -> int:
         """The call clock: 8 kHz samples of caller audio received (gaps filled)."""
@@ -117,7 +124,7 @@ class CallSession:
         try:
             async with asyncio.TaskGroup() as tasks:
                 frontend = tasks.create_task(self._frontend_loop(), name="frontend")
-                agent = tasks.create_task(self.agent.run(self._agent_stream()), name="agent")
+                agent = tasks.create_task(self._serve(), name="agent")
                 await self._receive_loop()
                 # The caller is gone: nothing more to say or hear.
                 await cancel_and_wait(agent)
@@ -140,7 +147,11 @@ class CallSession:
             self.recorder.close,
             ended_with=self.outcome,
             transcript=self.conversation.transcript(),
-            meta_updates={"summary": self.summary()},
+            meta_updates={
+                "summary": self.summary(),
+                "agent": self.agent_used,
+                "fallbacks": self.fallbacks,
+            },
         )
         try:
             await asyncio.shield(closing)
@@ -202,9 +213,41 @@ class CallSession:
             self.metrics.frontend_seconds.inc(time.perf_counter() - started)
             self._agent_inputs.put_nowait(out)
 
-    async def _agent_stream(self) -> AsyncIterator[FrontEndOutput | Digits]:
-        while True:
-            item = await self._agent_inputs.get()
-            if item is _END:
-                return
-            yield item  # type: ignore[misc]
+    async def _serve(self) -> None:
+        """Serve the call with a duplex worker when one is free in time, else the cascade."""
+        inputs = CallInputs(self._agent_inputs, _END)
+        lease = await self._lease_worker()
+        if lease is None:
+            await self.agent.run(inputs)
+            return
+        self.agent_used = "duplex"
+        duplex = DuplexAgent(
+            lease,
+            self.playback,
+            self.conversation,
+            fallback=self._take_over,
+            metrics=self.pool.metrics if self.pool else None,
+            unit_ms=self.settings.unit_ms,
+            greeting=self.settings.greeting,
+            greeting_pcm=self.models.canned.get(self.settings.greeting),
+            greeting_rate=self.models.tts.sample_rate,
+            on_event=self._log_event,
+        )
+        try:
+            await duplex.run(inputs)
+        finally:
+            lease.release()  # no-op when the agent already released it as unhealthy
+
+    def _take_over(self) -> CascadeAgent:
+        self.fallbacks.append("cascade")
+        return self.agent
+
+    async def _lease_worker(self) -> Lease | None:
+        if self.pool is None:
+            return None
+        try:
+            return await self.pool.acquire(timeout_s=self.settings.duplex_wait_ms / 1000)
+        except (NoWorker, QueueFull) as exc:
+            reason = "queue_full" if isinstance(exc, QueueFull) else "no_worker"
+            self._log_event("fallback", {"from": "duplex", "to": "cascade", "reason": reason})
+            return None

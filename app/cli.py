@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import subprocess
 import sys
 
 from app.settings import Settings, SettingsError
@@ -28,6 +29,10 @@ def serve(args: argparse.Namespace) -> int:
         overrides["port"] = args.port
     settings = Settings.from_env(**overrides)
     _configure_logging(settings.log_level)
+    workers: list[subprocess.Popen[bytes]] = []
+    if args.local_workers:
+        urls, workers = _spawn_local_workers(args.local_workers, args.worker_port)
+        settings = settings.replace(duplex_workers=",".join([*settings.worker_urls, *urls]))
     app = create_app(settings)
     uvicorn.run(
         app,
@@ -39,7 +44,35 @@ def serve(args: argparse.Namespace) -> int:
         proxy_headers=True,
         ws="websockets-sansio",
     )
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        worker.wait(15)
     return 0
+
+
+def _spawn_local_workers(
+    count: int, first_port: int
+) -> tuple[list[str], list[subprocess.Popen[bytes]]]:
+    """`offhook worker` processes on this host, one per port, ending with us."""
+    from agents.cascade.llm import _die_with_parent
+
+    urls, processes = [], []
+    for index in range(count):
+        port = first_port + index
+        command = [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "worker",
+            "--port",
+            str(port),
+            "--worker-id",
+            f"local-{index}",
+        ]
+        processes.append(subprocess.Popen(command, preexec_fn=_die_with_parent))
+        urls.append(f"ws://127.0.0.1:{port}")
+    return urls, processes
 
 
 def models(args: argparse.Namespace) -> int:
@@ -86,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         return simulate(argv[1:])
     if argv and argv[0] == "bench":
         return bench(argv[1:])
+    if argv and argv[0] == "worker":
+        from agents.duplex.worker import worker_main
+
+        return worker_main(argv[1:])
     if argv and argv[0] == "calls":
         from ops.calls import main as calls_main
 
@@ -95,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     serve_parser = commands.add_parser("serve", help="run the phone bot (settings from env)")
     serve_parser.add_argument("--host", default="")
     serve_parser.add_argument("--port", type=int, default=0)
+    serve_parser.add_argument(
+        "--local-workers", type=int, default=0, help="also run N duplex workers on this host"
+    )
+    serve_parser.add_argument("--worker-port", type=int, default=22400, help="first worker port")
     serve_parser.set_defaults(func=serve)
     commands.add_parser("models", help="assemble and verify the bundled models").set_defaults(
         func=models
@@ -102,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("settings", help="list every setting").set_defaults(func=show_settings)
     commands.add_parser("simulate", help="call a running server as Twilio would (see --help)")
     commands.add_parser("bench", help="latency and CPU benchmarks (see --help)")
+    commands.add_parser("worker", help="run one duplex worker (see --help)")
     commands.add_parser("calls", help="list, show, replay, export, plot, clean up call records")
     args = parser.parse_args(argv)
     try:

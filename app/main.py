@@ -17,7 +17,7 @@ from starlette.websockets import WebSocket
 from agents.cascade.agent import CascadeModels
 from app.call import CallSession
 from app.metrics import CONTENT_TYPE
-from app.services import Services, load_models
+from app.services import Services, load_models, open_pool
 from app.settings import Settings
 from recordings.errors import RecordError
 from recordings.privacy import mask_number
@@ -161,7 +161,13 @@ async def media_stream(websocket: WebSocket) -> None:
         return
     recorder = await _start_record(services, start)
     session = CallSession(
-        start, stream, settings=settings, models=models, metrics=services.metrics, recorder=recorder
+        start,
+        stream,
+        settings=settings,
+        models=models,
+        metrics=services.metrics,
+        recorder=recorder,
+        pool=services.pool,
     )
     services.remember(session)
     try:
@@ -247,6 +253,7 @@ def create_app(settings: Settings, *, models: CascadeModels | None = None) -> St
                 "Anyone who finds this server can place calls through it."
             )
         async with AsyncExitStack() as stack:
+            services.pool = await open_pool(services, stack)
             background: list[asyncio.Task[None]] = []
             if services.models is None:
                 background.append(asyncio.create_task(_load(services, stack), name="load-models"))

@@ -14,6 +14,7 @@ from agents.cascade.agent import CascadeModels
 from agents.cascade.llm import ChatModel, EmbeddedLlamaServer, OpenAIChat
 from agents.cascade.stt import WhisperTranscriber
 from agents.cascade.tts import PiperSpeaker
+from agents.duplex.pool import PoolMetrics, WorkerPool
 from app.assets import STT_ASSETS, ModelCache
 from app.metrics import Metrics
 from app.settings import Settings
@@ -44,6 +45,7 @@ class Services:
         # Active and recently finished calls, for introspection (tests, debugging).
         self.calls: OrderedDict[str, CallSession] = OrderedDict()
         self.open_records: set[str] = set()
+        self.pool: WorkerPool | None = None
 
     def recording_now(self) -> set[str]:
         """Calls whose records are still being written: never repaired or cleaned up."""
@@ -69,6 +71,22 @@ class Services:
     def release(self) -> None:
         self.active_calls -= 1
         self.metrics.active_calls.set(self.active_calls)
+
+
+async def open_pool(services: Services, stack: AsyncExitStack) -> WorkerPool | None:
+    """The duplex worker pool, when workers are configured; health checks start now."""
+    urls = services.settings.worker_urls
+    if not urls:
+        return None
+    pool = WorkerPool(
+        urls,
+        max_queue=services.settings.duplex_queue,
+        metrics=PoolMetrics(services.metrics.registry),
+    )
+    await pool.start()
+    stack.push_async_callback(pool.aclose)
+    log.info("duplex worker pool: %s", ", ".join(urls))
+    return pool
 
 
 async def load_models(settings: Settings, stack: AsyncExitStack) -> CascadeModels:

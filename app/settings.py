@@ -148,6 +148,22 @@ class Settings:
         "TTS_VOICE", "", "Piper voice .onnx file. Empty: bundled en_US joe (medium)."
     )
     tts_speed: float = _env_field("TTS_SPEED", 1.0, "Speaking rate (1.0 = the voice's own).")
+    # --- duplex worker pool -------------------------------------------------------------
+    duplex_workers: str = _env_field(
+        "DUPLEX_WORKERS",
+        "",
+        "Comma-separated duplex workers (ws://host:22400,...). Empty: every call uses the "
+        "in-process cascade.",
+    )
+    duplex_wait_ms: int = _env_field(
+        "DUPLEX_WAIT_MS",
+        300,
+        "How long a new call may wait for a free worker before the cascade takes it.",
+    )
+    duplex_queue: int = _env_field(
+        "DUPLEX_QUEUE", 16, "Calls that may wait for a worker at once (beyond: cascade)."
+    )
+    unit_ms: int = _env_field("UNIT_MS", 1000, "Caller audio per duplex unit (200..2000 ms).")
     # --- playout -----------------------------------------------------------------------
     chunk_ms: int = _env_field(
         "CHUNK_MS",
@@ -205,6 +221,8 @@ class Settings:
             raise SettingsError(f"CHUNK_MS must be within 20..1000, got {self.chunk_ms}")
         if self.end_of_turn_max_silence_ms < self.end_of_turn_min_silence_ms:
             raise SettingsError("END_OF_TURN_MAX_SILENCE_MS must be >= END_OF_TURN_MIN_SILENCE_MS")
+        if not 200 <= self.unit_ms <= 2000:
+            raise SettingsError(f"UNIT_MS must be within 200..2000, got {self.unit_ms}")
         if self.history_turns < 1:
             raise SettingsError(f"HISTORY_TURNS must be >= 1, got {self.history_turns}")
         if self.max_calls < 1:
@@ -220,6 +238,10 @@ class Settings:
         if self.twilio_auth_token:
             return b"offhook-call-token:" + self.twilio_auth_token.encode()
         return self._token_fallback.encode()
+
+    @property
+    def worker_urls(self) -> list[str]:
+        return [url.strip() for url in self.duplex_workers.split(",") if url.strip()]
 
     @property
     def calls_dir(self) -> Path:

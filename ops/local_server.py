@@ -37,6 +37,11 @@ class ServerThread:
         self._tasks: list[asyncio.Task[None]] = []
         self.stack = AsyncExitStack()
 
+    @property
+    def servers(self) -> list[uvicorn.Server]:
+        """Every server started here, oldest first (tests stop one to simulate a crash)."""
+        return list(self._servers)
+
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 300) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 

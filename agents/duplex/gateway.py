@@ -1,0 +1,182 @@
+"""One call served by a duplex worker, with the in-process cascade as the safety net.
+
+The caller's cleaned 16 kHz audio is cut into units and streamed to the leased worker;
+each result is mapped onto the telephony side exactly like the cascade's speech: audio
+through Playback (mu-law chunks with marks), `clear` when the model yields to the
+caller, the bot's turn cut to what was heard. When the worker dies or stalls, the call
+continues on the cascade with the same conversation and the same playback, so the
+caller hears at most about a second of silence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from agents.cascade.agent import CascadeAgent, Digits
+from agents.conversation import Conversation, Turn
+from agents.duplex.client import WorkerDied, WorkerError, WorkerSession, WorkerStalled
+from agents.duplex.protocol import Prepare, Result, pcm16_array
+from agents.playback import Playback
+from media.frontend import FrontEndOutput
+
+if TYPE_CHECKING:
+    from agents.duplex.pool import Lease, PoolMetrics
+
+log = logging.getLogger(__name__)
+
+RATE = 16000
+
+
+class CallInputs:
+    """The call's agent inputs as a cancellation-safe iterator.
+
+    An async generator is closed when a task waiting on it is cancelled; the duplex
+    agent must hand the very same stream to the cascade when it falls back, so this is
+    a plain object over the session's queue.
+    """
+
+    def __init__(self, queue: asyncio.Queue[FrontEndOutput | Digits | object], end: object) -> None:
+        self._queue = queue
+        self._end = end
+
+    def __aiter__(self) -> CallInputs:
+        return self
+
+    async def __anext__(self) -> FrontEndOutput | Digits:
+        item = await self._queue.get()
+        if item is self._end:
+            raise StopAsyncIteration
+        return item  # type: ignore[return-value]
+
+
+class DuplexAgent:
+    def __init__(
+        self,
+        lease: Lease,
+        playback: Playback,
+        conversation: Conversation,
+        *,
+        fallback: Callable[[], CascadeAgent],
+        metrics: PoolMetrics | None,
+        unit_ms: int = 1000,
+        greeting_pcm: np.ndarray | None = None,
+        greeting_rate: int = 22050,
+        greeting: str = "",
+        stall_grace_s: float = 1.0,
+        on_event: Callable[[str, dict[str, object]], None] | None = None,
+    ) -> None:
+        self.lease = lease
+        self.playback = playback
+        self.conversation = conversation
+        self._fallback = fallback
+        self._metrics = metrics
+        self.unit_samples = RATE * unit_ms // 1000
+        self._unit_ms = unit_ms
+        self._greeting = greeting
+        self._greeting_pcm = greeting_pcm
+        self._greeting_rate = greeting_rate
+        self._stall_grace_s = stall_grace_s
+        self._emit = on_event or (lambda _name, _data: None)
+        self._session = WorkerSession()
+        self._bot_turn: Turn | None = None
+        self._sent_at: dict[int, float] = {}
+        self.fell_back: str | None = None  # why the call left the worker, if it did
+
+    async def run(self, inputs: CallInputs) -> None:
+        try:
+            await self._session.connect(
+                self.lease.url,
+                Prepare(
+                    system_prompt=self.conversation.persona,
+                    history=self.conversation.messages()[1:],
+                    unit_ms=self._unit_ms,
+                ),
+            )
+            if self._greeting and self._greeting_pcm is not None:
+                turn = self.conversation.start_bot()
+                await self.playback.play(
+                    self._greeting_pcm, self._greeting_rate, self._greeting, turn.turn_id
+                )
+                turn.text = turn.intended = self._greeting
+            async with asyncio.TaskGroup() as tasks:
+                sender = tasks.create_task(self._send_units(inputs), name="duplex-send")
+                await self._receive_results()
+                sender.cancel()
+        except* WorkerError as group:
+            reason = "worker_stalled" if group.subgroup(WorkerStalled) else "worker_died"
+            if group.subgroup(WorkerDied) is None and group.subgroup(WorkerStalled) is None:
+                reason = "worker_error"
+            await self._fall_back(reason, inputs)
+        finally:
+            await self._session.stop()
+
+    async def _fall_back(self, reason: str, inputs: CallInputs) -> None:
+        self.fell_back = reason
+        self.lease.release(healthy=False)
+        if self._metrics is not None:
+            self._metrics.fallbacks.labels(reason=reason).inc()
+        self._emit("fallback", {"from": "duplex", "to": "cascade", "reason": reason})
+        log.warning(
+            "duplex worker %s failed (%s): the call continues on the cascade",
+            self.lease.url,
+            reason,
+        )
+        # The cascade picks up the same conversation, playback and input stream.
+        await self._fallback().run(inputs, greet=False)
+
+    async def _send_units(self, inputs: CallInputs) -> None:
+        pending: list[np.ndarray] = []
+        size = 0
+        seq = 0
+        async for item in inputs:
+            if isinstance(item, Digits):
+                self.conversation.add_digits(item.digits)
+                continue
+            pending.append(item.audio)
+            size += len(item.audio)
+            while size >= self.unit_samples:
+                audio = np.concatenate(pending)
+                unit, rest = audio[: self.unit_samples], audio[self.unit_samples :]
+                pending, size = ([rest], len(rest)) if len(rest) else ([], 0)
+                seq += 1
+                self._sent_at[seq] = time.perf_counter()
+                await self._session.send_unit(seq, unit)
+
+    async def _receive_results(self) -> None:
+        # A worker that keeps up answers each unit within its length; more than a unit
+        # plus the grace late means it is stalled.
+        deadline = self._unit_ms / 1000 + self._stall_grace_s
+        while True:
+            result = await self._session.next_result(timeout_s=deadline)
+            sent = self._sent_at.pop(result.seq, None)
+            if sent is not None and self._metrics is not None:
+                self._metrics.unit_seconds.observe(time.perf_counter() - sent)
+            await self._apply(result)
+
+    async def _apply(self, result: Result) -> None:
+        if result.caller_text:
+            self.conversation.add_caller(result.caller_text)
+            self._emit("caller_turn", {"text": result.caller_text})
+        if result.yielded and self.playback.audible():
+            for heard in await self.playback.clear():
+                self.conversation.heard(heard.turn_id, heard.text)
+                self._emit("barge_in", {"turn_id": heard.turn_id, "heard": heard.text})
+            self._bot_turn = None
+        if result.action in ("speak", "backchannel") and result.audio:
+            if self._bot_turn is None:
+                self._bot_turn = self.conversation.start_bot()
+            turn = self._bot_turn
+            pcm = pcm16_array(result.audio)
+            await self.playback.play(pcm, result.sample_rate, result.text, turn.turn_id)
+            turn.intended = f"{turn.intended} {result.text}".strip()
+            if not turn.truncated:
+                turn.text = turn.intended
+        if result.end_of_turn and self._bot_turn is not None:
+            self._emit("bot_turn", {"turn_id": self._bot_turn.turn_id, "text": self._bot_turn.text})
+            self._bot_turn = None

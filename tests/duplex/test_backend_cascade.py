@@ -1,0 +1,217 @@
+"""CascadeDuplexBackend's controller with fake components: listen, speak, continue, yield.
+
+The fake VAD calls a 32 ms window speech when its RMS is above -40 dBFS, so a test
+writes speech as a tone and silence as zeros. Every fake is a plain function or class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+
+import numpy as np
+
+from agents.cascade.llm import Message
+from agents.cascade.stt import Transcript
+from agents.duplex.cascade_backend import CascadeDuplexBackend, CascadeDuplexConfig
+from agents.duplex.protocol import Prepare
+
+RATE = 16000
+CLAUSE_S = 0.6  # each synthesised clause lasts this long
+
+
+class EnergyVad:
+    window_samples = 512
+
+    def __init__(self) -> None:
+        self._pending = np.zeros(0, dtype=np.float32)
+
+    def process(self, samples: np.ndarray) -> list[float]:
+        data = np.concatenate((self._pending, samples))
+        n = data.size // self.window_samples
+        windows = data[: n * self.window_samples].reshape(n, self.window_samples)
+        self._pending = data[n * self.window_samples :]
+        return [1.0 if np.sqrt(np.mean(w**2)) > 0.01 else 0.0 for w in windows]
+
+    def reset(self) -> None:
+        self._pending = np.zeros(0, dtype=np.float32)
+
+
+class FakeStt:
+    def __init__(self, text: str = "what time is it") -> None:
+        self.text = text
+        self.heard: list[int] = []
+
+    def transcribe(self, audio_16k: np.ndarray) -> Transcript:
+        self.heard.append(audio_16k.size)
+        return Transcript(self.text, no_speech_prob=0.0)
+
+
+class FakeTts:
+    sample_rate = RATE
+
+    def synthesize(self, text: str) -> np.ndarray:
+        return np.full(int(CLAUSE_S * RATE), 0.1, dtype=np.float32)
+
+
+class FakeLlm:
+    def __init__(self, reply: Sequence[str] = ("Sure. ", "It is noon. ", "Anything else?")) -> None:
+        self.reply = reply
+        self.seen: list[list[Message]] = []
+
+    async def stream(self, messages: Sequence[Message]) -> AsyncIterator[str]:
+        self.seen.append(list(messages))
+        for delta in self.reply:
+            yield delta
+
+
+class FakeTurn:
+    def __init__(self, prob: float = 1.0) -> None:
+        self.prob = prob
+        self.asked = 0
+
+    def predict(self, audio_16k: np.ndarray) -> float:
+        self.asked += 1
+        return self.prob
+
+
+def speech(seconds: float) -> np.ndarray:
+    t = np.arange(int(seconds * RATE)) / RATE
+    return (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+
+
+def silence(seconds: float) -> np.ndarray:
+    return np.zeros(int(seconds * RATE), dtype=np.float32)
+
+
+def make(
+    stt: FakeStt | None = None,
+    llm: FakeLlm | None = None,
+    turn: FakeTurn | None = None,
+    config: CascadeDuplexConfig | None = None,
+) -> CascadeDuplexBackend:
+    return CascadeDuplexBackend(
+        stt=stt or FakeStt(),
+        tts=FakeTts(),
+        llm=llm or FakeLlm(),
+        end_of_turn=turn or FakeTurn(),
+        vad_factory=EnergyVad,
+        config=config,
+    )
+
+
+async def prepared(backend: CascadeDuplexBackend, **config: object) -> CascadeDuplexBackend:
+    await backend.prepare(Prepare(system_prompt="be brief", config=dict(config)))
+    return backend
+
+
+async def test_listens_while_the_caller_speaks() -> None:
+    stt = FakeStt()
+    backend = await prepared(make(stt=stt))
+    for _ in range(3):
+        outcome = await backend.process_unit(speech(1.0))
+        assert outcome.action == "listen" and not outcome.audio.size
+    assert stt.heard == []
+
+
+async def test_silence_alone_wakes_nothing() -> None:
+    stt, turn = FakeStt(), FakeTurn()
+    backend = await prepared(make(stt=stt, turn=turn))
+    for _ in range(3):
+        assert (await backend.process_unit(silence(1.0))).action == "listen"
+    assert stt.heard == [] and turn.asked == 0
+
+
+async def test_speaks_after_a_pause_and_continues_over_the_next_units() -> None:
+    llm = FakeLlm()
+    backend = await prepared(make(llm=llm))
+    assert (await backend.process_unit(speech(1.0))).action == "listen"
+    first = await backend.process_unit(np.concatenate((speech(0.5), silence(0.5))))
+    assert first.action == "speak"
+    assert first.caller_text == "what time is it"
+    # At least a unit's worth of audio: two 0.6 s clauses.
+    assert first.text == "Sure. It is noon."
+    assert first.audio.size == 2 * int(CLAUSE_S * RATE) and first.sample_rate == RATE
+    assert not first.end_of_turn
+
+    second = await backend.process_unit(silence(1.0))
+    assert second.action == "speak" and second.text == "Anything else?"
+    assert second.end_of_turn and not second.caller_text
+
+    third = await backend.process_unit(silence(1.0))
+    assert third.action == "listen" and not third.audio.size
+    assert backend.messages[-2:] == [
+        {"role": "user", "content": "what time is it"},
+        {"role": "assistant", "content": "Sure. It is noon. Anything else?"},
+    ]
+    assert llm.seen[0][0] == {"role": "system", "content": "be brief"}
+
+
+async def test_the_end_of_turn_model_holds_the_reply_until_the_silence_is_long() -> None:
+    turn = FakeTurn(prob=0.1)  # "the caller is not done"
+    backend = await prepared(make(turn=turn))
+    await backend.process_unit(speech(0.5))
+    assert (await backend.process_unit(silence(0.5))).action == "listen"
+    assert turn.asked == 1
+    outcome = await backend.process_unit(silence(0.6))  # over 1 s of silence: done anyway
+    assert outcome.action == "speak"
+
+
+async def test_caller_talking_over_pending_audio_yields() -> None:
+    stt = FakeStt()
+    backend = await prepared(make(stt=stt))
+    await backend.process_unit(speech(1.0))
+    first = await backend.process_unit(np.concatenate((speech(0.3), silence(0.7))))
+    assert first.action == "speak" and not first.end_of_turn
+
+    barge = await backend.process_unit(speech(1.0))
+    assert barge.yielded and barge.action == "listen" and not barge.audio.size
+    # The bot's turn is cut to what it had already said.
+    assert backend.messages[-1] == {"role": "assistant", "content": "Sure. It is noon."}
+
+    # The barge-in is the start of the caller's next turn.
+    stt.text = "no thanks"
+    after = await backend.process_unit(silence(1.0))
+    assert after.action == "speak" and after.caller_text == "no thanks"
+    assert stt.heard[-1] == 2 * RATE
+
+
+async def test_a_short_sound_over_the_bot_does_not_stop_it() -> None:
+    backend = await prepared(make())
+    await backend.process_unit(speech(1.0))
+    await backend.process_unit(silence(1.0))
+    outcome = await backend.process_unit(np.concatenate((speech(0.2), silence(0.8))))
+    assert not outcome.yielded and outcome.action == "speak" and outcome.end_of_turn
+
+
+async def test_backchannel_during_a_long_monologue_when_enabled() -> None:
+    backend = await prepared(make(), backchannel=True)
+    actions = [(await backend.process_unit(speech(1.0))).action for _ in range(10)]
+    assert actions.count("backchannel") == 1
+    assert actions.index("backchannel") == 8  # after more than 8 s of speech
+
+    quiet = await prepared(make())
+    actions = [(await quiet.process_unit(speech(1.0))).action for _ in range(10)]
+    assert set(actions) == {"listen"}
+
+
+async def test_prepare_brings_history_and_resets_the_session() -> None:
+    llm = FakeLlm(reply=("Hello again.",))
+    backend = make(llm=llm)
+    history = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+    ]
+    await backend.prepare(Prepare(system_prompt="sys", history=history))
+    await backend.process_unit(speech(1.0))  # a turn left half-heard ...
+    await backend.prepare(Prepare(system_prompt="sys", history=history))  # ... is forgotten
+    await backend.process_unit(speech(1.0))
+    outcome = await backend.process_unit(silence(1.0))
+    assert outcome.end_of_turn and outcome.text == "Hello again."
+    assert llm.seen[0] == [
+        {"role": "system", "content": "sys"},
+        *history,
+        {"role": "user", "content": "what time is it"},
+    ]
+    assert outcome.context_len == 5
+    await backend.cleanup()
+    assert backend.messages == []

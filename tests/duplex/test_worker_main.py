@@ -1,0 +1,49 @@
+"""`worker_main` as a process: the MiniCPM-o backend without torch reports ERROR on /health."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from ops.local_server import free_port
+
+
+def test_help_exits_cleanly(capsys: pytest.CaptureFixture[str]) -> None:
+    from agents.duplex.worker import worker_main
+
+    with pytest.raises(SystemExit) as done:
+        worker_main(["--help"])
+    assert done.value.code == 0
+    assert "--backend" in capsys.readouterr().out
+
+
+async def test_a_worker_whose_backend_cannot_load_says_so() -> None:
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is importable here: the backend would try to load for real")
+    port = free_port()
+    code = (
+        "from agents.duplex.worker import worker_main; "
+        f"raise SystemExit(worker_main(['--backend', 'minicpmo', '--port', '{port}']))"
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        body: dict[str, object] = {}
+        async with httpx.AsyncClient() as client, asyncio.timeout(30):
+            while body.get("state") != "error":
+                try:
+                    body = (await client.get(f"http://127.0.0.1:{port}/health")).json()
+                except httpx.TransportError:
+                    pass  # not listening yet
+                await asyncio.sleep(0.1)
+    finally:
+        process.terminate()
+        await process.wait()
+    assert body["backend"] == "minicpmo"
+    assert "torch" in str(body["error"])

@@ -1,0 +1,124 @@
+"""Calls served by the duplex worker pool, end to end, with the cascade as the safety net.
+
+Two real `cascade` workers (the worker app over the real models) run beside the bot on
+127.0.0.1; the caller is the Twilio-protocol simulator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import uvicorn
+
+from agents.cascade.agent import CascadeModels
+from agents.duplex.cascade_backend import CascadeDuplexBackend
+from agents.duplex.worker import create_worker_app
+from media.vad import SileroVad
+from ops.local_server import ServerThread, free_port
+from ops.simulate import CallerTurn, SimulationConfig, simulate_call
+from recordings.store import RecordStore
+from tests.conftest import AUTH_TOKEN, Bot, start_bot
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def start_worker(
+    servers: ServerThread, models: CascadeModels, name: str
+) -> tuple[str, uvicorn.Server]:
+    backend = CascadeDuplexBackend(
+        stt=models.stt,
+        tts=models.tts,
+        llm=models.llm,
+        end_of_turn=models.end_of_turn,
+        vad_factory=SileroVad,
+    )
+    port = free_port()
+    servers.serve(create_worker_app(backend, worker_id=name), port)
+    server = servers.servers[-1]
+    return f"ws://127.0.0.1:{port}", server
+
+
+@pytest.fixture(scope="module")
+def duplex_bot(servers: ServerThread, models: CascadeModels) -> tuple[Bot, list[uvicorn.Server]]:
+    first, one = start_worker(servers, models, "w1")
+    second, two = start_worker(servers, models, "w2")
+    bot = start_bot(
+        servers, models, twilio_auth_token=AUTH_TOKEN, duplex_workers=f"{first},{second}"
+    )
+
+    async def healthy() -> None:
+        pool = bot.services.pool
+        assert pool is not None
+        for _ in range(100):
+            await pool.check_health()
+            if pool.snapshot()["idle"] == 2:
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"workers not healthy: {pool.snapshot()}")
+
+    servers.run(healthy(), timeout=30)
+    return bot, [one, two]
+
+
+async def test_a_call_is_served_by_a_duplex_worker_and_answered(
+    duplex_bot: tuple[Bot, list[uvicorn.Server]],
+) -> None:
+    bot, _workers = duplex_bot
+    report = await simulate_call(
+        SimulationConfig(
+            base_url=bot.url,
+            auth_token=AUTH_TOKEN,
+            turns=[CallerTurn(text="What is the capital of France?", after="bot_done")],
+            hangup_after_ms=4000,
+        )
+    )
+    assert report.protocol_violations == []
+    assert report.greeting_start_ms is not None
+    assert report.turns[0].latency_ms is not None, "the duplex worker never answered"
+    await asyncio.sleep(0.5)
+    meta = RecordStore(bot.settings.calls_dir).open(report.call_sid).meta
+    assert meta["agent"] == "duplex" and meta["fallbacks"] == []
+    metrics = bot.services.metrics.render().decode()
+    assert "offhook_pool_unit_seconds_count" in metrics
+
+
+async def test_a_worker_killed_mid_call_hands_the_call_to_the_cascade(
+    servers: ServerThread, models: CascadeModels
+) -> None:
+    only, worker = start_worker(servers, models, "doomed")
+    bot = start_bot(servers, models, twilio_auth_token=AUTH_TOKEN, duplex_workers=only)
+
+    async def kill_when_leased() -> None:
+        pool = bot.services.pool
+        assert pool is not None
+        for _ in range(200):
+            await pool.check_health()
+            if pool.snapshot()["busy"] == 1:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)  # mid-greeting
+        worker.should_exit = True  # the worker process goes away
+
+    killer = asyncio.get_running_loop().run_in_executor(None, servers.run, kill_when_leased())
+    report = await simulate_call(
+        SimulationConfig(
+            base_url=bot.url,
+            auth_token=AUTH_TOKEN,
+            turns=[CallerTurn(text="Can you recommend a good book to read?", after="bot_done")],
+            hangup_after_ms=4000,
+        )
+    )
+    await killer
+    assert report.protocol_violations == []
+    assert report.turns[0].latency_ms is not None, "nobody answered after the worker died"
+    await asyncio.sleep(0.5)
+    session = bot.services.calls[report.call_sid]
+    assert session.fallbacks == ["cascade"]
+    meta = RecordStore(bot.settings.calls_dir).open(report.call_sid).meta
+    assert meta["agent"] == "duplex" and meta["fallbacks"] == ["cascade"]
+    assert any(
+        "cascade" in str(e.get("to"))
+        for e in RecordStore(bot.settings.calls_dir).open(report.call_sid).timeline()
+        if e["event"] == "fallback"
+    )
