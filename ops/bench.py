@@ -4,6 +4,7 @@
                             at the caller's ear (p50/p90), and barge-in onset → clear
     offhook bench frontend  CPU per 20 ms frame of the inbound audio chain
     offhook bench recorder  what recording a call costs its event loop per frame
+    offhook bench units     duplex cascade backend: unit processing time vs unit length
 
 `call` starts the bot in-process on 127.0.0.1 (or dials `--url`), plays a Twilio caller
 with espeak speech through 8 kHz mu-law, and reads every figure off the simulated
@@ -263,6 +264,53 @@ def bench_recorder(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def bench_units(args: argparse.Namespace) -> dict[str, object]:
+    """Duplex `cascade` backend: time to process each unit vs the unit's length."""
+    from agents.duplex.cascade_backend import CascadeDuplexBackend
+    from agents.duplex.protocol import Prepare
+    from app.settings import Settings
+    from media.resample import resample
+    from ops.caller_voice import speak
+
+    settings = Settings.from_env()
+    unit = 16000 * args.unit_ms // 1000
+    # A scripted caller: a question, silence for the reply, another question...
+    script = []
+    for question in QUESTIONS[:4]:
+        script.append(resample(speak(question).astype(np.float32) / 32768, 8000, 16000))
+        script.append(np.zeros(16000 * 4, np.float32))
+    audio = np.concatenate(script)
+
+    async def run() -> dict[str, object]:
+        backend = await CascadeDuplexBackend.from_settings(settings)
+        try:
+            await backend.prepare(Prepare(system_prompt=settings.persona(), unit_ms=args.unit_ms))
+            listen, speak_ms = [], []
+            for start in range(0, len(audio) - unit + 1, unit):
+                began = time.perf_counter()
+                outcome = await backend.process_unit(audio[start : start + unit])
+                elapsed = (time.perf_counter() - began) * 1000
+                (speak_ms if outcome.action != "listen" else listen).append(elapsed)
+                await backend.finalize_unit()
+            every = listen + speak_ms
+            return {
+                "machine": machine(),
+                "unit_ms": args.unit_ms,
+                "units": len(every),
+                "unit_p50_ms": round(percentile(every, 50), 1),
+                "unit_p99_ms": round(percentile(every, 99), 1),
+                "listen_unit_p50_ms": round(percentile(listen, 50), 1),
+                "speak_unit_p50_ms": round(percentile(speak_ms, 50), 1),
+                "speak_unit_max_ms": round(max(speak_ms, default=float("nan")), 1),
+                "units_over_their_length": sum(1 for ms in every if ms > args.unit_ms),
+            }
+        finally:
+            await backend.cleanup()
+            await backend.aclose()
+
+    return asyncio.run(run())
+
+
 def _print(title: str, result: dict[str, object]) -> None:
     table = Table(title=title)
     table.add_column("measure")
@@ -294,15 +342,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     frontend = sub.add_parser("frontend", help="CPU per 20 ms frame of the inbound chain")
     frontend.add_argument("--repeat", type=int, default=5)
+    units = sub.add_parser("units", help="duplex cascade backend: unit processing time")
+    units.add_argument("--unit-ms", type=int, default=1000)
     recorder = sub.add_parser("recorder", help="recording cost on the call's event loop")
     recorder.add_argument("--seconds", type=int, default=300, help="length of the fake call")
     recorder.add_argument(
         "--speed", type=float, default=10.0, help="frames arrive this much faster than real time"
     )
-    for p in (call, frontend, recorder):
+    for p in (call, frontend, recorder, units):
         p.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
-    runs = {"call": bench_call, "frontend": bench_frontend, "recorder": bench_recorder}
+    runs = {
+        "call": bench_call,
+        "frontend": bench_frontend,
+        "recorder": bench_recorder,
+        "units": bench_units,
+    }
     result = runs[args.what](args)
     _print(f"offhook bench {args.what} — {result['machine']}", result)
     if args.json:
