@@ -39,7 +39,6 @@ class Playback:
     ) -> None:
         self._sink = sink
         self.now = now  # call clock, in 8 kHz samples of caller audio received
-        self._now = now
         self.clock = PlayoutClock(PHONE_RATE, on_played=on_played)
         self._emit = on_event or (lambda _name, _data: None)
         self._chunk = PHONE_RATE * chunk_ms // 1000
@@ -49,7 +48,7 @@ class Playback:
         """Send one clause; returns the call-clock sample where it is expected to start."""
         audio = resample(pcm.astype(np.float32, copy=False), rate, PHONE_RATE)
         pcm16 = np.clip(audio * 32767.0, -32768, 32767).astype(np.int16)
-        now = self._now()
+        now = self.now()
         starts_at = now + self.clock.pending_samples(now)
         pieces = _share_text(text, len(pcm16), self._chunk)
         for offset, piece in pieces:
@@ -57,24 +56,24 @@ class Playback:
             name = self.clock.new_mark_name()
             await self._sink.send_media(mulaw_encode(chunk))
             await self._sink.send_mark(name)
-            self.clock.sent(name, len(chunk), piece, turn_id, self._now(), pcm=chunk)
+            self.clock.sent(name, len(chunk), piece, turn_id, self.now(), pcm=chunk)
             self._emit("mark_sent", {"name": name, "samples": len(chunk)})
         return starts_at
 
     def echoed(self, name: str) -> bool:
-        played = self.clock.echoed(name, self._now()) is not None
+        played = self.clock.echoed(name, self.now()) is not None
         self._emit("mark_echoed", {"name": name, "played": played})
         return played
 
     async def clear(self) -> list[Heard]:
         await self._sink.send_clear()
-        return self.clock.cleared(self._now())
+        return self.clock.cleared(self.now())
 
     def audible(self) -> bool:
-        return self.clock.audible(self._now())
+        return self.clock.audible(self.now())
 
     def reference_level_db(self) -> float:
-        return self.clock.reference_level_db(self._now())
+        return self.clock.reference_level_db(self.now())
 
 
 def _share_text(text: str, samples: int, chunk: int) -> list[tuple[int, str]]:

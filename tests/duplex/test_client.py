@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 
 import numpy as np
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
@@ -32,6 +31,7 @@ from agents.duplex.protocol import (
     decode,
     encode,
 )
+from tests.duplex.local_app import serve_locally
 
 Handler = Callable[[WebSocket], Awaitable[None]]
 PREPARE = Prepare(system_prompt="You are a test.")
@@ -46,21 +46,8 @@ async def fake_worker(handler: Handler) -> AsyncIterator[str]:
         await handler(ws)
 
     app = Starlette(routes=[WebSocketRoute("/session", endpoint)])
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()  # connections queue in the backlog until uvicorn accepts them
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, ws="websockets-sansio", lifespan="off", log_level="critical", access_log=False
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        yield f"ws://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
+    async with serve_locally(app) as url:
+        yield url
 
 
 async def prepared(ws: WebSocket) -> None:

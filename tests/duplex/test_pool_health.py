@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from agents.duplex.pool import PoolWorkerState, WorkerPool, http_health
+from tests.duplex.local_app import serve_locally
 
 
 @asynccontextmanager
@@ -26,19 +25,8 @@ async def fake_health(status: int) -> AsyncIterator[str]:
         return JSONResponse({"status": "ok", "backend": "minicpmo"})
 
     app = Starlette(routes=[Route("/health", health)])
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()  # connections queue in the backlog until uvicorn accepts them
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, lifespan="off", log_level="critical", access_log=False)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        yield f"ws://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
+    async with serve_locally(app) as url:
+        yield url
 
 
 async def test_http_health_returns_the_json() -> None:
