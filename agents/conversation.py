@@ -11,6 +11,11 @@ from enum import StrEnum
 from typing import Any
 
 
+def keypad_text(digits: str) -> str:
+    """Key presses as the caller's words, for the model and the transcript."""
+    return f"(The caller pressed {' '.join(digits)} on the keypad.)"
+
+
 class Speaker(StrEnum):
     CALLER = "caller"
     BOT = "bot"
@@ -50,7 +55,7 @@ class Conversation:
         return turn
 
     def add_digits(self, digits: str) -> Turn:
-        return self.add_caller(f"(The caller pressed {' '.join(digits)} on the keypad.)")
+        return self.add_caller(keypad_text(digits))
 
     def start_bot(self) -> Turn:
         turn = Turn(Speaker.BOT, "", self._new_id())

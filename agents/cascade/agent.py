@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
@@ -70,6 +70,14 @@ class TurnTaking:
     preroll_ms: int = 300
     max_utterance_s: float = 20.0
     digit_timeout_ms: int = 800
+
+
+# What a caller is waiting for when the cascade takes a call over mid-conversation.
+CarryOn = Literal["answer", "resume"]
+RESUME_NOTE = (
+    "Your last reply was cut off by a technical fault. Finish it from where it stopped, "
+    "briefly, without repeating what you already said."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,14 +159,25 @@ class CascadeAgent:
     # --- the loop --------------------------------------------------------------------
 
     async def run(
-        self, inputs: AsyncIterator[FrontEndOutput | Digits], *, greet: bool = True
+        self,
+        inputs: AsyncIterator[FrontEndOutput | Digits],
+        *,
+        greet: bool = True,
+        carry_on: CarryOn | None = None,
     ) -> None:
-        """Serve the call until `inputs` ends. `greet=False` when taking over a call."""
+        """Serve the call until `inputs` ends.
+
+        Taking over a call from another agent: `greet=False`, and `carry_on` says what the
+        caller is waiting for: an answer to their last turn, or the rest of a bot reply
+        that was cut off.
+        """
         async with asyncio.TaskGroup() as tasks:
             self._tasks = tasks
             try:
                 if self.greeting and greet:
                     self._start_response(None, canned=self.greeting)
+                elif carry_on is not None:
+                    self._start_response(None, note=RESUME_NOTE if carry_on == "resume" else "")
                 async for item in inputs:
                     if isinstance(item, Digits):
                         self._on_digits(item.digits)
@@ -410,14 +429,16 @@ class CascadeAgent:
 
     # --- the bot's turn ----------------------------------------------------------------
 
-    def _start_response(self, timing: TurnTiming | None, *, canned: str = "") -> None:
+    def _start_response(
+        self, timing: TurnTiming | None, *, canned: str = "", note: str = ""
+    ) -> None:
         if self._response is not None and not self._response.done():
             # One bot turn at a time: a newer turn supersedes the one still speaking.
             self._response.cancel()
         turn = self.conversation.start_bot()
         self._response_turn = turn
         self._response_audible = False
-        self._response = self._spawn(self._respond(turn, timing, canned), "respond")
+        self._response = self._spawn(self._respond(turn, timing, canned, note), "respond")
 
     async def _cancel_response(self, *, reason: str) -> None:
         task, self._response = self._response, None
@@ -429,12 +450,14 @@ class CascadeAgent:
             self.conversation.drop(turn)
         self._emit("response_cancelled", {"reason": reason})
 
-    async def _respond(self, turn: Turn, timing: TurnTiming | None, canned: str) -> None:
+    async def _respond(
+        self, turn: Turn, timing: TurnTiming | None, canned: str, note: str = ""
+    ) -> None:
         try:
             if canned:
                 await self._speak_canned(turn, canned)
             else:
-                await self._generate(turn, timing)
+                await self._generate(turn, timing, note)
         except* BackendError as group:
             for exc in group.exceptions:
                 self._failed(exc)
@@ -481,10 +504,13 @@ class CascadeAgent:
             turn.text = turn.intended
         return starts_at
 
-    async def _generate(self, turn: Turn, timing: TurnTiming | None) -> None:
+    async def _generate(self, turn: Turn, timing: TurnTiming | None, note: str = "") -> None:
+        """Write and speak a reply; `note` is a one-off instruction, not kept in history."""
         started = time.perf_counter()
         clauses: asyncio.Queue[str | None] = asyncio.Queue()
         messages = self.conversation.messages()
+        if note:
+            messages.append({"role": "system", "content": note})
 
         finished = asyncio.Event()  # the model's reply ended normally
 

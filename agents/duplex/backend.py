@@ -4,7 +4,8 @@ A backend is told about a session (`prepare`), then fed one unit of caller audio
 time (`process_unit`), and says what it did with it: listened, spoke, or backchannelled.
 Bookkeeping that the reply does not depend on goes into `finalize_unit`, which the
 worker runs after the result is on its way (deferred finalize). `cleanup` releases what
-the session held; the worker always calls it, however the session ended.
+the session held; the worker always calls it, however the session ended. A backend that
+can answer keypad presses (`keypad_input`) is told of them between units (`keypad`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class UnitOutcome:
 
 class DuplexBackend(Protocol):
     name: str
+    keypad_input: bool  # `keypad` is answered; a speech-only model says False
 
     async def load(self) -> None:
         """Load the model; raises BackendUnavailable when it cannot run here."""
@@ -47,6 +49,10 @@ class DuplexBackend(Protocol):
 
     async def process_unit(self, audio_16k: np.ndarray) -> UnitOutcome:
         """Prefill this unit's caller audio (float32, 16 kHz), then decide and generate."""
+        ...
+
+    async def keypad(self, digits: str) -> None:
+        """The caller pressed `digits`; answer in the coming units as if they had spoken."""
         ...
 
     async def finalize_unit(self) -> None:

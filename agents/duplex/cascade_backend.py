@@ -2,10 +2,12 @@
 
 A light controller runs on every unit: Silero VAD over the unit, kept across units. The
 heavy models wake only when there is content: the end-of-turn model once the caller has
-paused, Whisper + LLM + Piper once the turn is complete. A reply longer than one unit is
-handed out over the following units (at least one unit's worth each, so playback has no
-gaps); caller speech over the bot long enough to be a barge-in drops what is left and
-says so (`yielded`), and the bot's history turn is cut to what was already sent.
+paused, Whisper + LLM + Piper once the turn is complete. The LLM writes in the background
+while the reply is handed out clause by clause: each unit carries just enough new audio to
+keep a unit's worth queued ahead of the caller, so the first words go out as soon as the
+first clause is synthesised, not when the whole reply is written. Caller speech over the
+bot long enough to be a barge-in drops what is left and says so (`yielded`), and the bot's
+history turn is cut to what was already sent.
 
 Time is counted in samples of caller audio, never wall clock.
 """
@@ -16,6 +18,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
@@ -27,6 +30,7 @@ from agents.cascade.clauses import ClauseSplitter
 from agents.cascade.llm import ChatModel, Message
 from agents.cascade.stt import SpeechToText
 from agents.cascade.tts import TextToSpeech
+from agents.conversation import keypad_text
 from agents.duplex.backend import UnitOutcome
 from agents.duplex.protocol import CALLER_RATE, Prepare
 
@@ -62,6 +66,7 @@ class CascadeDuplexConfig:
     backchannel_after_ms: int = 8000
     backchannel_text: str = "mhm"
     history_turns: int = 12  # caller+bot pairs kept after the system prompt
+    keypad_timeout_ms: int = 800  # quiet after the last key press that ends the entry
 
     def with_overrides(self, overrides: dict[str, Any]) -> CascadeDuplexConfig:
         """Apply Prepare.config keys that name fields; other keys are for other backends."""
@@ -82,10 +87,58 @@ def _process_rss_mb() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+class ReplyStream:
+    """An LLM reply being written in the background, taken out one clause at a time."""
+
+    def __init__(self, llm: ChatModel, messages: Sequence[Message]) -> None:
+        self._ready: deque[str] = deque()
+        self._written = False
+        self._error: BaseException | None = None
+        self._changed = asyncio.Event()
+        self._task = asyncio.create_task(self._write(llm, list(messages)), name="duplex-llm")
+
+    async def _write(self, llm: ChatModel, messages: list[Message]) -> None:
+        splitter = ClauseSplitter()
+        try:
+            async for delta in llm.stream(messages):
+                self._add(splitter.feed(delta))
+            self._add(splitter.flush())
+        except Exception as exc:
+            self._error = exc  # raised to whoever takes the next clause
+        finally:
+            self._written = True
+            self._changed.set()
+
+    def _add(self, clauses: list[str]) -> None:
+        if clauses:
+            self._ready.extend(clauses)
+            self._changed.set()
+
+    @property
+    def over(self) -> bool:
+        """Every clause has been taken and the LLM is done."""
+        return self._written and not self._ready
+
+    async def next_clause(self) -> str | None:
+        """The next clause, waiting for the LLM if need be; None once the reply is over."""
+        while not self._ready:
+            if self._written:
+                if self._error is not None:
+                    raise self._error
+                return None
+            self._changed.clear()
+            await self._changed.wait()
+        return self._ready.popleft()
+
+    def cancel(self) -> None:
+        self._task.cancel()
+
+
 class CascadeDuplexBackend:
     """The cascade behind the duplex unit loop. Takes loaded components (fakes in tests)."""
 
     name = "cascade"
+    keypad_input = True
 
     def __init__(
         self,
@@ -158,16 +211,21 @@ class CascadeDuplexBackend:
         probs = await asyncio.to_thread(self._vad.process, audio)
         timings["vad"] = (time.perf_counter() - started) * 1000
         speech_in_unit = self._track_speech(probs)
-        was_playing = bool(self._pending) or self._playing_samples > 0
+        was_playing = self._reply is not None or self._playing_samples > 0
         # The bot's audio plays while this unit was captured.
         self._playing_samples = max(0, self._playing_samples - audio.size)
+
+        if self._keys:
+            self._keys_quiet += audio.size
+            if self._keys_quiet >= self._samples(self.config.keypad_timeout_ms):
+                return self._outcome(await self._answer_keys(timings, interrupting=was_playing))
 
         if was_playing and speech_in_unit >= self._samples(self.config.barge_in_ms):
             self._yield_turn()
             self._utterance = [audio]
             return self._outcome(UnitOutcome(yielded=True, timings=timings))
 
-        if self._pending:
+        if self._reply is not None:
             # Speech too short to be a barge-in ("mhm", echo) lets the bot go on.
             return self._outcome(await self._next_piece(timings))
 
@@ -181,6 +239,11 @@ class CascadeDuplexBackend:
         if not await self._turn_complete(timings):
             return self._outcome(UnitOutcome(timings=timings))
         return self._outcome(await self._respond(timings))
+
+    async def keypad(self, digits: str) -> None:
+        """Key presses gather until the caller stops pressing; then they are a turn."""
+        self._keys += digits
+        self._keys_quiet = 0
 
     async def finalize_unit(self) -> None:
         """History trimming: the reply does not wait for it."""
@@ -203,6 +266,8 @@ class CascadeDuplexBackend:
         return [*system, *self._history, *self._turns]
 
     def _reset(self, request: Prepare) -> None:
+        if getattr(self, "_reply", None) is not None:
+            self._reply.cancel()
         self.config = self._base_config.with_overrides(request.config)
         self._system = request.system_prompt
         self._history: list[Message] = [dict(m) for m in request.history]
@@ -211,9 +276,12 @@ class CascadeDuplexBackend:
         self._utterance: list[np.ndarray] = []
         self._trailing_silence = 0  # samples of non-speech since the last speech window
         self._run_speech = 0  # caller speech since the last pause or backchannel
-        self._pending: list[str] = []  # reply clauses not yet synthesised
+        self._unit_samples = max(1, request.unit_ms) * CALLER_RATE // 1000
+        self._reply: ReplyStream | None = None  # the reply being written and handed out
         self._sent_text: list[str] = []  # reply text already handed out
         self._playing_samples = 0  # bot audio handed out and not yet played (caller clock)
+        self._keys = ""  # keypad digits not yet answered
+        self._keys_quiet = 0  # caller samples since the last key press
 
     def _samples(self, ms: int) -> int:
         return ms * CALLER_RATE // 1000
@@ -266,56 +334,83 @@ class CascadeDuplexBackend:
         caller_text = transcript.text.strip()
         if not caller_text:
             return UnitOutcome(timings=timings)
-        self._turns.append({"role": "user", "content": caller_text})
+        return await self._reply_to(caller_text, timings)
 
-        started = time.perf_counter()
-        splitter = ClauseSplitter()
-        clauses: list[str] = []
-        async for delta in self.llm.stream(self.messages):
-            clauses.extend(splitter.feed(delta))
-        clauses.extend(splitter.flush())
-        timings["llm"] = (time.perf_counter() - started) * 1000
-        if not clauses:
-            return UnitOutcome(caller_text=caller_text, timings=timings)
-        self._pending = clauses
+    async def _reply_to(self, caller_text: str, timings: dict[str, float]) -> UnitOutcome:
+        """Start the reply to the caller's turn; its first piece goes out with this unit."""
+        self._turns.append({"role": "user", "content": caller_text})
+        self._reply = ReplyStream(self.llm, self.messages)
         self._sent_text = []
         outcome = await self._next_piece(timings)
         outcome.caller_text = caller_text
         return outcome
 
+    async def _answer_keys(self, timings: dict[str, float], *, interrupting: bool) -> UnitOutcome:
+        """Key presses are the caller's turn: the bot stops talking and answers them."""
+        text = keypad_text(self._keys)
+        self._keys, self._keys_quiet = "", 0
+        if interrupting:
+            self._yield_turn()
+        self._utterance = []
+        outcome = await self._reply_to(text, timings)
+        outcome.yielded = interrupting
+        return outcome
+
     async def _next_piece(self, timings: dict[str, float]) -> UnitOutcome:
-        """Synthesise pending clauses until there is a unit's worth of audio."""
-        started = time.perf_counter()
+        """Synthesise clauses until a unit's worth of bot audio is queued ahead of the caller.
+
+        Waits for the LLM only when the queue would otherwise run short: that wait is
+        the reply's first clause on the turn-ending unit, and rarely anything after it.
+        """
+        assert self._reply is not None
         texts: list[str] = []
         pieces: list[np.ndarray] = []
-        have = 0.0  # seconds of bot audio in this piece
-        while self._pending and have < 1.0:
-            text = self._pending.pop(0)
+        waited = synthesised = 0.0
+        finished = False
+        queued = self._playing_samples
+        while queued < self._unit_samples:
+            started = time.perf_counter()
+            text = await self._reply.next_clause()
+            waited += time.perf_counter() - started
+            if text is None:
+                finished = True
+                break
+            started = time.perf_counter()
             audio = await asyncio.to_thread(self.tts.synthesize, text)
+            synthesised += time.perf_counter() - started
             texts.append(text)
             pieces.append(audio)
-            have += audio.size / self.tts.sample_rate
-        timings["tts"] = (time.perf_counter() - started) * 1000
+            queued += audio.size * CALLER_RATE // self.tts.sample_rate
+        finished = finished or self._reply.over
+        timings["llm"] = waited * 1000
+        timings["tts"] = synthesised * 1000
         self._sent_text.extend(texts)
-        self._playing_samples += int(have * CALLER_RATE)
-        done = not self._pending
-        if done:
-            self._turns.append({"role": "assistant", "content": " ".join(self._sent_text)})
+        self._playing_samples = queued
+        spoke = bool(self._sent_text)
+        if finished:
+            self._reply = None
+            if spoke:
+                self._turns.append({"role": "assistant", "content": " ".join(self._sent_text)})
             self._sent_text = []
+        if not texts:
+            # The LLM ended its reply after the last clause went out, or said nothing.
+            return UnitOutcome(end_of_turn=finished and spoke, timings=timings)
         return UnitOutcome(
             action="speak",
             text=" ".join(texts),
-            audio=np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32),
+            audio=np.concatenate(pieces),
             sample_rate=self.tts.sample_rate,
-            end_of_turn=done,
+            end_of_turn=finished,
             timings=timings,
         )
 
     def _yield_turn(self) -> None:
         """The caller barged in: drop the rest; history keeps only what was sent."""
-        if self._pending and self._sent_text:
+        if self._reply is not None:
+            self._reply.cancel()
+            self._reply = None
+        if self._sent_text:
             self._turns.append({"role": "assistant", "content": " ".join(self._sent_text)})
-        self._pending = []
         self._sent_text = []
         self._playing_samples = 0
         self._run_speech = 0

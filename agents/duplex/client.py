@@ -26,6 +26,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from agents.duplex.protocol import (
     Error,
+    Keypad,
     Message,
     Pause,
     Paused,
@@ -110,6 +111,9 @@ class WorkerSession:
 
     async def send_unit(self, seq: int, audio_16k: np.ndarray) -> None:
         await self._send(Unit(seq=seq, audio=pcm16_bytes(audio_16k)))
+
+    async def send_keypad(self, digits: str) -> None:
+        await self._send(Keypad(digits=digits))
 
     async def next_result(self, timeout_s: float) -> Result:
         """The next Result; acknowledgements and non-fatal errors on the way are absorbed."""

@@ -5,7 +5,12 @@ each result is mapped onto the telephony side exactly like the cascade's speech:
 through Playback (mu-law chunks with marks), `clear` when the model yields to the
 caller, the bot's turn cut to what was heard. When the worker dies or stalls, the call
 continues on the cascade with the same conversation and the same playback, so the
-caller hears at most about a second of silence.
+caller hears at most about a second of silence: the cascade hears the caller's
+unanswered turn again from its start, answers a turn the worker took but did not
+answer, and finishes a reply the worker was cut off in.
+
+Key presses go to the worker when its backend takes them (`Prepared.keypad`); a
+speech-only model cannot, so the first key press hands the call to the cascade.
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from agents.cascade.agent import CascadeAgent, Digits
-from agents.conversation import Conversation, Turn
+from agents.cascade.agent import CarryOn, CascadeAgent, Digits
+from agents.conversation import Conversation, Speaker, Turn
 from agents.duplex.client import WorkerDied, WorkerError, WorkerSession, WorkerStalled
+from agents.duplex.handover import UnansweredInput
 from agents.duplex.protocol import Prepare, Result, pcm16_array
 from agents.playback import Playback
 from media.frontend import FrontEndOutput
@@ -44,15 +50,26 @@ class CallInputs:
     def __init__(self, queue: asyncio.Queue[FrontEndOutput | Digits | object], end: object) -> None:
         self._queue = queue
         self._end = end
+        self._replay: list[FrontEndOutput | Digits] = []
+
+    def replay_first(self, items: list[FrontEndOutput | Digits]) -> None:
+        """Hand these out again, before anything new: a takeover's unanswered turn."""
+        self._replay = [*items, *self._replay]
 
     def __aiter__(self) -> CallInputs:
         return self
 
     async def __anext__(self) -> FrontEndOutput | Digits:
+        if self._replay:
+            return self._replay.pop(0)
         item = await self._queue.get()
         if item is self._end:
             raise StopAsyncIteration
         return item  # type: ignore[return-value]
+
+
+class KeypadUnsupported(WorkerError):
+    """The caller pressed a key and the worker's model cannot take key presses."""
 
 
 class DuplexAgent:
@@ -86,6 +103,7 @@ class DuplexAgent:
         self._session = WorkerSession()
         self._bot_turn: Turn | None = None
         self._sent_at: dict[int, float] = {}
+        self._unanswered = UnansweredInput()
         self.fell_back: str | None = None  # why the call left the worker, if it did
 
     async def run(self, inputs: CallInputs) -> None:
@@ -109,10 +127,7 @@ class DuplexAgent:
                 await self._receive_results()
                 sender.cancel()
         except* WorkerError as group:
-            reason = "worker_stalled" if group.subgroup(WorkerStalled) else "worker_died"
-            if group.subgroup(WorkerDied) is None and group.subgroup(WorkerStalled) is None:
-                reason = "worker_error"
-            await self._fall_back(reason, inputs)
+            await self._fall_back(_reason(group), inputs)
         finally:
             await self._session.stop()
 
@@ -128,15 +143,29 @@ class DuplexAgent:
             reason,
         )
         # The cascade picks up the same conversation, playback and input stream.
-        await self._fallback().run(inputs, greet=False)
+        inputs.replay_first(self._unanswered.take())
+        await self._fallback().run(inputs, greet=False, carry_on=self._owed())
+
+    def _owed(self) -> CarryOn | None:
+        """What the caller is waiting for from the bot that takes over."""
+        if self._bot_turn is not None and self._bot_turn.text:
+            return "resume"  # the worker died in the middle of a reply
+        turns = [t for t in self.conversation.turns if t.text]
+        if turns and turns[-1].speaker is Speaker.CALLER:
+            return "answer"  # the worker took the turn and died before answering
+        return None
 
     async def _send_units(self, inputs: CallInputs) -> None:
         pending: list[np.ndarray] = []
         size = 0
         seq = 0
+        keypad = self._session.prepared is not None and self._session.prepared.keypad
         async for item in inputs:
+            self._unanswered.note(item, bot_audible=self.playback.audible())
             if isinstance(item, Digits):
-                self.conversation.add_digits(item.digits)
+                if not keypad:
+                    raise KeypadUnsupported(f"{self.lease.url} takes no keypad input")
+                await self._session.send_keypad(item.digits)
                 continue
             pending.append(item.audio)
             size += len(item.audio)
@@ -161,8 +190,11 @@ class DuplexAgent:
 
     async def _apply(self, result: Result) -> None:
         if result.caller_text:
+            self._unanswered.answered()
             self.conversation.add_caller(result.caller_text)
             self._emit("caller_turn", {"text": result.caller_text})
+        elif result.yielded:
+            self._unanswered.barged_in()
         if result.yielded and self.playback.audible():
             for heard in await self.playback.clear():
                 self.conversation.heard(heard.turn_id, heard.text)
@@ -180,3 +212,14 @@ class DuplexAgent:
         if result.end_of_turn and self._bot_turn is not None:
             self._emit("bot_turn", {"turn_id": self._bot_turn.turn_id, "text": self._bot_turn.text})
             self._bot_turn = None
+
+
+def _reason(group: BaseExceptionGroup[WorkerError]) -> str:
+    """The fallbacks metric's label for why the call left its worker."""
+    if group.subgroup(KeypadUnsupported) is not None:
+        return "keypad_unsupported"
+    if group.subgroup(WorkerStalled) is not None:
+        return "worker_stalled"
+    if group.subgroup(WorkerDied) is not None:
+        return "worker_died"
+    return "worker_error"

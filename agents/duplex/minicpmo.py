@@ -62,6 +62,8 @@ def _as_audio(data: Any) -> np.ndarray:
 
 class MiniCPMOBackend:
     name = "minicpmo"
+    # The duplex API takes audio (and video frames) only: no way to tell it of a key press.
+    keypad_input = False
 
     def __init__(
         self,
@@ -163,6 +165,9 @@ class MiniCPMOBackend:
             context_len=context_len,
             timings=timings,
         )
+
+    async def keypad(self, digits: str) -> None:
+        raise BackendUnavailable("MiniCPM-o's duplex API has no input for keypad presses")
 
     async def finalize_unit(self) -> None:
         try:

@@ -3,6 +3,7 @@
     gateway → worker            worker → gateway
     prepare                     prepared
     unit (seq, 16 kHz audio)    result (seq, listen | speak | backchannel, text, audio)
+    keypad (digits)
     pause / resume              paused / resumed
     stop                        stopped
                                 error (message, fatal)
@@ -63,6 +64,14 @@ class Unit:
 
 
 @dataclass(frozen=True, slots=True)
+class Keypad:
+    """The caller pressed keys (DTMF) since the last unit."""
+
+    digits: str
+    type: Literal["keypad"] = "keypad"
+
+
+@dataclass(frozen=True, slots=True)
 class Pause:
     type: Literal["pause"] = "pause"
 
@@ -82,6 +91,7 @@ class Prepared:
     worker_id: str
     backend: str
     unit_ms: int
+    keypad: bool = False  # the backend answers Keypad messages; else the gateway must
     type: Literal["prepared"] = "prepared"
 
 
@@ -126,13 +136,14 @@ class Error:
     type: Literal["error"] = "error"
 
 
-ToWorker = Prepare | Unit | Pause | Resume | Stop
+ToWorker = Prepare | Unit | Keypad | Pause | Resume | Stop
 ToGateway = Prepared | Result | Paused | Resumed | Stopped | Error
 Message = ToWorker | ToGateway
 
 _BY_TYPE: dict[str, type[Any]] = {
     "prepare": Prepare,
     "unit": Unit,
+    "keypad": Keypad,
     "pause": Pause,
     "resume": Resume,
     "stop": Stop,

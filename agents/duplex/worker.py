@@ -34,6 +34,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from agents.duplex.backend import DuplexBackend, UnitOutcome
 from agents.duplex.protocol import (
     Error,
+    Keypad,
     Pause,
     Paused,
     Prepare,
@@ -206,9 +207,18 @@ class DuplexSession:
                     await self._send(Error(f"backend failed to prepare: {exc}", fatal=True))
                     return False
                 self.unit_ms = message.unit_ms
-                await self._send(Prepared(self.status.worker_id, self.backend.name, self.unit_ms))
+                await self._send(
+                    Prepared(
+                        self.status.worker_id,
+                        self.backend.name,
+                        self.unit_ms,
+                        keypad=self.backend.keypad_input,
+                    )
+                )
             case Unit() if self.unit_ms and state is WorkerState.DUPLEX_ACTIVE:
                 return await self._unit(message)
+            case Keypad() if self.unit_ms and state is WorkerState.DUPLEX_ACTIVE:
+                return await self._keypad(message)
             case Pause() if self.unit_ms and state is WorkerState.DUPLEX_ACTIVE:
                 self.machine.to(WorkerState.DUPLEX_PAUSED)
                 assert self._tg is not None
@@ -232,12 +242,32 @@ class DuplexSession:
                 )
         return True
 
+    async def _finalized(self) -> bool:
+        """The barrier: the previous unit's finalize completes before the backend goes on."""
+        if self._finalizing is None:
+            return True
+        finalizing, self._finalizing = self._finalizing, None
+        return await finalizing
+
+    async def _keypad(self, keypad: Keypad) -> bool:
+        if not self.backend.keypad_input:
+            await self._send(
+                Error(f"backend {self.backend.name} takes no keypad input", fatal=False)
+            )
+            return True
+        if not await self._finalized():
+            return False
+        try:
+            await self.backend.keypad(keypad.digits)
+        except Exception as exc:
+            log.exception("backend failed on keypad input")
+            await self._send(Error(f"backend failed on keypad input: {exc}", fatal=True))
+            return False
+        return True
+
     async def _unit(self, unit: Unit) -> bool:
-        if self._finalizing is not None:
-            # The barrier: the previous unit's finalize completes before this prefill.
-            finalizing, self._finalizing = self._finalizing, None
-            if not await finalizing:
-                return False
+        if not await self._finalized():
+            return False
         try:
             audio = pcm16_array(unit.audio)
         except ProtocolViolation as exc:

@@ -15,7 +15,14 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import numpy as np
 
-from agents.cascade.agent import CascadeAgent, CascadeModels, Digits, TurnTaking
+from agents.cascade.agent import (
+    RESUME_NOTE,
+    CarryOn,
+    CascadeAgent,
+    CascadeModels,
+    Digits,
+    TurnTaking,
+)
 from agents.cascade.llm import Message
 from agents.conversation import Conversation, Speaker, Turn
 from agents.errors import LanguageModelError, SpeechToTextError
@@ -198,8 +205,10 @@ class Call:
 
     # --- lifetime ----------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._run = asyncio.create_task(self.agent.run(self._stream()), name="agent")
+    def start(self, *, greet: bool = True, carry_on: CarryOn | None = None) -> None:
+        self._run = asyncio.create_task(
+            self.agent.run(self._stream(), greet=greet, carry_on=carry_on), name="agent"
+        )
 
     async def hang_up(self) -> None:
         assert self._run is not None
@@ -219,7 +228,11 @@ async def call(
     canned: dict[str, np.ndarray] | None = None,
     turn_taking: TurnTaking | None = None,
     greeting: str = "",
+    takeover: bool = False,
+    carry_on: CarryOn | None = None,
+    history: Sequence[tuple[Speaker, str]] = (),
 ) -> AsyncIterator[Call]:
+    """A call; with `takeover`, one the agent takes over after `history`."""
     session = Call(
         stt=stt or hearing(CALLER_SAYS),
         llm=llm or replying(REPLY),
@@ -229,7 +242,12 @@ async def call(
         turn_taking=turn_taking or TurnTaking(),
         greeting=greeting,
     )
-    session.start()
+    for speaker, text in history:
+        if speaker is Speaker.CALLER:
+            session.conversation.add_caller(text)
+        else:
+            session.conversation.start_bot().text = text
+    session.start(greet=not takeover, carry_on=carry_on)
     try:
         yield session
     finally:
@@ -567,3 +585,33 @@ async def test_digits_pressed_in_quick_succession_are_one_turn() -> None:
         await session.bot_said(REPLY_TEXT)
         assert session.caller_turns() == ["(The caller pressed 1 2 # on the keypad.)"]
         assert len(session.llm.prompts) == 1
+
+
+# --- taking over a call --------------------------------------------------------------------
+
+
+async def test_taking_over_answers_the_turn_the_caller_is_waiting_on() -> None:
+    history = [(Speaker.BOT, GREETING), (Speaker.CALLER, CALLER_SAYS)]
+    async with call(
+        takeover=True, carry_on="answer", history=history, greeting=GREETING
+    ) as session:
+        await session.bot_said(REPLY_TEXT)
+        assert session.llm.prompts[0][-1] == {"role": "user", "content": CALLER_SAYS}
+        assert [t.text for t in session.bot_turns()] == [GREETING, REPLY_TEXT]
+
+
+async def test_taking_over_mid_reply_finishes_it_with_a_note_kept_out_of_history() -> None:
+    history = [(Speaker.CALLER, CALLER_SAYS), (Speaker.BOT, "Of course.")]
+    async with call(takeover=True, carry_on="resume", history=history) as session:
+        await session.bot_said(REPLY_TEXT)
+        prompt = session.llm.prompts[0]
+        assert prompt[-2] == {"role": "assistant", "content": "Of course."}
+        assert prompt[-1] == {"role": "system", "content": RESUME_NOTE}
+        assert all(RESUME_NOTE not in m["content"] for m in session.conversation.messages())
+
+
+async def test_taking_over_with_nothing_owed_waits_for_the_caller() -> None:
+    history = [(Speaker.CALLER, CALLER_SAYS), (Speaker.BOT, REPLY_TEXT)]
+    async with call(takeover=True, history=history, greeting=GREETING) as session:
+        await session.pause(300)
+        assert session.line.sent == []

@@ -6,14 +6,17 @@ writes speech as a tone and silence as zeros. Every fake is a plain function or 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 import numpy as np
+import pytest
 
 from agents.cascade.llm import Message
 from agents.cascade.stt import Transcript
 from agents.duplex.cascade_backend import CascadeDuplexBackend, CascadeDuplexConfig
 from agents.duplex.protocol import Prepare
+from agents.errors import BackendError
 
 RATE = 16000
 CLAUSE_S = 0.6  # each synthesised clause lasts this long
@@ -215,3 +218,127 @@ async def test_prepare_brings_history_and_resets_the_session() -> None:
     assert outcome.context_len == 5
     await backend.cleanup()
     assert backend.messages == []
+
+
+class GatedLlm:
+    """Writes `head` at once, then waits for `go` before writing `tail`."""
+
+    def __init__(self, head: Sequence[str], tail: Sequence[str], fail: bool = False) -> None:
+        self.head, self.tail, self.fail = head, tail, fail
+        self.go = asyncio.Event()
+        self.finished = False
+        self.cancelled = False
+
+    async def stream(self, messages: Sequence[Message]) -> AsyncIterator[str]:
+        for delta in self.head:
+            yield delta
+        try:
+            await self.go.wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        if self.fail:
+            raise BackendError("llm", "connection reset mid-reply")
+        for delta in self.tail:
+            yield delta
+        self.finished = True
+
+
+async def test_the_first_clauses_go_out_while_the_llm_is_still_writing() -> None:
+    llm = GatedLlm(head=("Sure thing. ", "Let me see. "), tail=("It is noon. ", "Bye."))
+    backend = await prepared(make(llm=llm))
+    await backend.process_unit(speech(1.0))
+    first = await backend.process_unit(np.concatenate((speech(0.3), silence(0.7))))
+    assert first.action == "speak" and first.text == "Sure thing. Let me see."
+    assert not first.end_of_turn and not llm.finished
+
+    llm.go.set()
+    second = await backend.process_unit(silence(1.0))
+    assert second.text == "It is noon. Bye." and second.end_of_turn
+    assert backend.messages[-1] == {
+        "role": "assistant",
+        "content": "Sure thing. Let me see. It is noon. Bye.",
+    }
+
+
+async def test_the_turn_ends_on_a_later_unit_when_the_llm_stops_after_the_last_clause() -> None:
+    llm = GatedLlm(head=("One, two three four. ", "Five six. "), tail=())
+    backend = await prepared(make(llm=llm))
+    await backend.process_unit(speech(1.0))
+    first = await backend.process_unit(silence(1.0))
+    assert first.action == "speak" and not first.end_of_turn
+    llm.go.set()
+    later = await backend.process_unit(silence(1.0))
+    assert later.action == "listen" and not later.audio.size and later.end_of_turn
+    assert backend.messages[-1]["content"] == "One, two three four. Five six."
+
+
+async def test_a_barge_in_stops_the_llm_writing() -> None:
+    llm = GatedLlm(head=("Sure thing. ", "Let me see. "), tail=("It is noon.",))
+    backend = await prepared(make(llm=llm))
+    await backend.process_unit(speech(1.0))
+    await backend.process_unit(silence(1.0))
+    barge = await backend.process_unit(speech(1.0))
+    assert barge.yielded
+    await asyncio.sleep(0)
+    assert llm.cancelled
+    assert backend.messages[-1] == {"role": "assistant", "content": "Sure thing. Let me see."}
+
+
+async def test_an_llm_failure_mid_reply_surfaces_on_the_unit_that_needs_the_words() -> None:
+    llm = GatedLlm(head=("Sure thing. ", "Let me see. "), tail=("It is noon.",), fail=True)
+    backend = await prepared(make(llm=llm))
+    await backend.process_unit(speech(1.0))
+    assert (await backend.process_unit(silence(1.0))).action == "speak"
+    llm.go.set()
+    with pytest.raises(BackendError, match="mid-reply"):
+        await backend.process_unit(silence(1.0))
+
+
+async def test_cleanup_stops_a_reply_being_written() -> None:
+    llm = GatedLlm(head=("Sure thing. ", "Let me see. "), tail=("It is noon.",))
+    backend = await prepared(make(llm=llm))
+    await backend.process_unit(speech(1.0))
+    await backend.process_unit(silence(1.0))
+    await backend.cleanup()
+    await asyncio.sleep(0)
+    assert llm.cancelled
+
+
+async def test_key_presses_become_the_callers_turn_once_they_stop() -> None:
+    llm = FakeLlm(reply=("You chose billing.",))
+    backend = await prepared(make(llm=llm))
+    await backend.process_unit(silence(1.0))
+    await backend.keypad("1")
+    await backend.keypad("2")
+    outcome = await backend.process_unit(silence(1.0))
+    assert outcome.action == "speak" and outcome.text == "You chose billing."
+    assert outcome.caller_text == "(The caller pressed 1 2 on the keypad.)"
+    assert not outcome.yielded
+    assert llm.seen[0][-1] == {"role": "user", "content": outcome.caller_text}
+
+
+async def test_keys_wait_for_the_entry_to_finish() -> None:
+    backend = await prepared(make(), keypad_timeout_ms=1500)
+    await backend.keypad("4")
+    assert (await backend.process_unit(silence(1.0))).action == "listen"
+    await backend.keypad("2")  # still typing: the wait starts again
+    assert (await backend.process_unit(silence(1.0))).action == "listen"
+    outcome = await backend.process_unit(silence(1.0))
+    assert outcome.action == "speak"
+    assert outcome.caller_text == "(The caller pressed 4 2 on the keypad.)"
+
+
+async def test_keys_pressed_while_the_bot_talks_stop_it() -> None:
+    backend = await prepared(make())
+    await backend.process_unit(speech(1.0))
+    first = await backend.process_unit(silence(1.0))
+    assert first.action == "speak" and not first.end_of_turn
+    await backend.keypad("0")
+    outcome = await backend.process_unit(silence(1.0))
+    assert outcome.yielded and outcome.caller_text.startswith("(The caller pressed 0")
+    # The interrupted turn keeps what was sent; the keys follow it.
+    assert backend.messages[-2:] == [
+        {"role": "assistant", "content": "Sure. It is noon."},
+        {"role": "user", "content": "(The caller pressed 0 on the keypad.)"},
+    ]

@@ -17,6 +17,7 @@ from websockets.exceptions import ConnectionClosed
 from agents.duplex.backend import UnitOutcome
 from agents.duplex.protocol import (
     Error,
+    Keypad,
     Pause,
     Paused,
     Prepare,
@@ -42,6 +43,7 @@ class FakeBackend:
     """Records every call; returns scripted outcomes; gates to hold a step open."""
 
     name = "fake"
+    keypad_input = True
 
     def __init__(self, outcomes: list[UnitOutcome] | None = None) -> None:
         self.outcomes = list(outcomes or [])
@@ -66,6 +68,9 @@ class FakeBackend:
         if self.fail_on_unit == self._units:
             raise RuntimeError("the model fell over")
         return self.outcomes.pop(0) if self.outcomes else UnitOutcome()
+
+    async def keypad(self, digits: str) -> None:
+        self.calls.append(f"keypad:{digits}")
 
     async def finalize_unit(self) -> None:
         if self.finalize_gate is not None:
@@ -123,7 +128,7 @@ async def send(ws: ClientConnection, message: ToWorker) -> None:
 async def recv(ws: ClientConnection) -> ToGateway:
     async with asyncio.timeout(5):
         message = decode(await ws.recv())
-    assert not isinstance(message, Prepare | Unit | Pause | Resume | Stop)
+    assert not isinstance(message, Prepare | Unit | Keypad | Pause | Resume | Stop)
     return message
 
 
@@ -135,7 +140,7 @@ async def start_session(address: str) -> ClientConnection:
     ws = await connect(f"ws://{address}/session")
     await send(ws, Prepare(system_prompt="be brief", unit_ms=100))
     prepared = await recv(ws)
-    assert prepared == Prepared(worker_id="w-test", backend="fake", unit_ms=100)
+    assert prepared == Prepared(worker_id="w-test", backend="fake", unit_ms=100, keypad=True)
     return ws
 
 
@@ -200,6 +205,49 @@ async def test_finalize_runs_after_the_result_and_before_the_next_unit() -> None
         await ws.close()
         await wait_state(address, "idle")
     assert backend.calls[2:] == ["unit:1600", "finalize", "unit:1600", "finalize", "cleanup"]
+
+
+async def test_keypad_presses_reach_the_backend_between_units_after_the_finalize() -> None:
+    backend = FakeBackend()
+    backend.finalize_gate = asyncio.Event()
+    async with serve(backend) as address:
+        await wait_state(address, "idle")
+        ws = await start_session(address)
+        await send(ws, unit(0))
+        assert isinstance(await recv(ws), Result)
+        await send(ws, Keypad("42#"))
+        await send(ws, unit(1))
+        await asyncio.sleep(0.05)
+        assert "keypad:42#" not in backend.calls  # held at the barrier with unit 1
+        backend.finalize_gate.set()
+        assert isinstance(await recv(ws), Result)
+        await send(ws, Stop())
+        await recv(ws)
+        await ws.close()
+        await wait_state(address, "idle")
+    assert backend.calls[2:6] == ["unit:1600", "finalize", "keypad:42#", "unit:1600"]
+
+
+async def test_a_speech_only_backend_refuses_keypad_input_and_the_session_goes_on() -> None:
+    backend = FakeBackend()
+    backend.keypad_input = False
+    async with serve(backend) as address:
+        await wait_state(address, "idle")
+        ws = await connect(f"ws://{address}/session")
+        await send(ws, Prepare(system_prompt="be brief", unit_ms=100))
+        prepared = await recv(ws)
+        assert isinstance(prepared, Prepared) and not prepared.keypad
+        await send(ws, Keypad("1"))
+        refused = await recv(ws)
+        assert isinstance(refused, Error) and not refused.fatal
+        assert "keypad" in refused.message
+        await send(ws, unit(0))
+        assert isinstance(await recv(ws), Result)
+        await send(ws, Stop())
+        await recv(ws)
+        await ws.close()
+        await wait_state(address, "idle")
+    assert not any(call.startswith("keypad") for call in backend.calls)
 
 
 async def test_a_second_session_is_rejected_busy() -> None:
