@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import subprocess
 import sys
 
 from app.settings import Settings, SettingsError
@@ -29,10 +28,14 @@ def serve(args: argparse.Namespace) -> int:
         overrides["port"] = args.port
     settings = Settings.from_env(**overrides)
     _configure_logging(settings.log_level)
-    workers: list[subprocess.Popen[bytes]] = []
+    workers = None
     if args.local_workers:
-        urls, workers = _spawn_local_workers(args.local_workers, args.worker_port)
-        settings = settings.replace(duplex_workers=",".join([*settings.worker_urls, *urls]))
+        from agents.duplex.local import LocalWorkers, share_embedded_llm
+
+        settings, worker_env = share_embedded_llm(settings)
+        workers = LocalWorkers(args.local_workers, args.worker_port, env=worker_env)
+        urls = [*settings.worker_urls, *workers.urls]
+        settings = settings.replace(duplex_workers=",".join(urls))
     app = create_app(settings)
     uvicorn.run(
         app,
@@ -44,35 +47,9 @@ def serve(args: argparse.Namespace) -> int:
         proxy_headers=True,
         ws="websockets-sansio",
     )
-    for worker in workers:
-        worker.terminate()
-    for worker in workers:
-        worker.wait(15)
+    if workers is not None:
+        workers.stop()
     return 0
-
-
-def _spawn_local_workers(
-    count: int, first_port: int
-) -> tuple[list[str], list[subprocess.Popen[bytes]]]:
-    """`offhook worker` processes on this host, one per port, ending with us."""
-    from agents.cascade.llm import _die_with_parent
-
-    urls, processes = [], []
-    for index in range(count):
-        port = first_port + index
-        command = [
-            sys.executable,
-            "-m",
-            "app.cli",
-            "worker",
-            "--port",
-            str(port),
-            "--worker-id",
-            f"local-{index}",
-        ]
-        processes.append(subprocess.Popen(command, preexec_fn=_die_with_parent))
-        urls.append(f"ws://127.0.0.1:{port}")
-    return urls, processes
 
 
 def models(args: argparse.Namespace) -> int:

@@ -168,6 +168,9 @@ class SimulationConfig:
     # so at speed != 1 its latencies in call-clock ms are scaled by speed and are not
     # comparable with a real call's.
     speed: float = 1.0
+    # Called once as each caller turn begins, with its index and start (call-clock ms):
+    # lets a test or benchmark act at a known point of the conversation.
+    on_turn_start: Callable[[int, float], None] | None = None
 
     def __post_init__(self) -> None:
         if not self.speed > 0:
@@ -412,6 +415,12 @@ class CallerScript:
     def finished(self) -> bool:
         return self._phase is _Phase.DONE
 
+    def speaking(self, now: int) -> int | None:
+        """The index of the turn whose audio is playing into the microphone at `now`."""
+        if self._phase is _Phase.ACTIVE and self._start <= now:
+            return self._index
+        return None
+
     @property
     def last_end(self) -> int:
         """Where the last finished turn ended (0 before any)."""
@@ -529,6 +538,7 @@ class _Call:
         self._closed = asyncio.Event()  # the socket is gone, or we hung up
         self._hung_up = False
         self._t0 = 0.0
+        self._announced = 0  # caller turns announced to on_turn_start
         self._caller_frames: list[np.ndarray] = []
         self._bot_frames: list[np.ndarray] = []
         gain = None if config.echo_db is None else 10.0 ** (-abs(config.echo_db) / 20.0)
@@ -579,6 +589,7 @@ class _Call:
             if tick >= 1:
                 await self._send_caller_frame(now - FRAME_SAMPLES)
             self._script.advance(now, self._ear)
+            self._announce_turn(now)
             for digit in self._script.due_digits(now):
                 if await self._send(partial(self._writer.dtmf, digit)):
                     self._report.dtmf_sent += 1
@@ -591,6 +602,14 @@ class _Call:
             self._ear.hear(frame, now)
             await self._echo_marks(due)
             tick += 1
+
+    def _announce_turn(self, now: int) -> None:
+        index = self._script.speaking(now)
+        if index is None or index < self._announced:
+            return
+        self._announced = index + 1
+        if self._config.on_turn_start is not None:
+            self._config.on_turn_start(index, _ms(now))
 
     async def _send_caller_frame(self, start: int) -> None:
         speech = self._script.mic(start, FRAME_SAMPLES)

@@ -60,6 +60,10 @@ class OpenAIChat:
             timeout=httpx.Timeout(30.0, connect=3.0),
         )
 
+    @property
+    def base_url(self) -> str:
+        return str(self._client.base_url).rstrip("/")
+
     async def stream(self, messages: Sequence[Message]) -> AsyncIterator[str]:
         try:
             async with asyncio.timeout(self._first_token_timeout):
@@ -124,7 +128,7 @@ def _child_environment() -> dict[str, str]:
     return env
 
 
-def _free_port() -> int:
+def free_local_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -142,7 +146,7 @@ class EmbeddedLlamaServer:
         self, model_path: Path, *, port: int = 0, threads: int = 2, context: int = 2048
     ) -> None:
         self.model_path = model_path
-        self.port = port or _free_port()
+        self.port = port or free_local_port()
         self.threads = threads
         self.context = context
         self.model_name = model_path.stem

@@ -428,6 +428,7 @@ class SettingsCascadeBackend:
     """
 
     name = "cascade"
+    keypad_input = True
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -451,6 +452,9 @@ class SettingsCascadeBackend:
 
     async def process_unit(self, audio_16k: np.ndarray) -> UnitOutcome:
         return await self.inner.process_unit(audio_16k)
+
+    async def keypad(self, digits: str) -> None:
+        await self.inner.keypad(digits)
 
     async def finalize_unit(self) -> None:
         await self.inner.finalize_unit()

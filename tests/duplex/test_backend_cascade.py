@@ -342,3 +342,20 @@ async def test_keys_pressed_while_the_bot_talks_stop_it() -> None:
         {"role": "assistant", "content": "Sure. It is noon."},
         {"role": "user", "content": "(The caller pressed 0 on the keypad.)"},
     ]
+
+
+def test_every_backend_offers_the_whole_backend_interface() -> None:
+    from agents.duplex.backend import DuplexBackend
+    from agents.duplex.cascade_backend import SettingsCascadeBackend
+    from agents.duplex.minicpmo import MiniCPMOBackend
+    from app.settings import Settings
+
+    members = {
+        name
+        for name in (*DuplexBackend.__dict__, *DuplexBackend.__annotations__)
+        if not name.startswith("_")
+    }
+    assert {"name", "keypad_input", "keypad", "process_unit"} <= members
+    for backend in (make(), SettingsCascadeBackend(Settings.from_env({})), MiniCPMOBackend()):
+        missing = sorted(name for name in members if not hasattr(backend, name))
+        assert missing == [], f"{type(backend).__name__} lacks {missing}"

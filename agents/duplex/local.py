@@ -1,0 +1,120 @@
+"""Duplex workers as child processes on this host: `offhook serve --local-workers N`.
+
+Each worker is a real `offhook worker` process on its own port, ending with its parent
+(PR_SET_PDEATHSIG), so a crashed gateway leaves no orphans holding models. Without an
+LLM endpoint configured, the workers share the gateway's embedded llama.cpp server
+rather than each starting one: on a small box N copies of the LLM would fight for the
+same cores that the caller's audio path needs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
+
+from agents.cascade.llm import free_local_port
+from app.settings import Settings
+
+EMBEDDED_LLM_NAME = "local"  # llama.cpp's server answers any model name with its one model
+
+
+def _end_with_parent() -> None:
+    """In the child, before exec: if the parent dies (even by SIGKILL), so does the worker."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def share_embedded_llm(settings: Settings) -> tuple[Settings, dict[str, str]]:
+    """Pin the embedded LLM's port so workers can reach it; their environment to do so.
+
+    With LLM_BASE_URL set, workers inherit it and nothing changes.
+    """
+    if settings.llm_base_url:
+        return settings, {}
+    port = settings.llm_embedded_port or free_local_port()
+    env = {"LLM_BASE_URL": f"http://127.0.0.1:{port}/v1", "LLM_MODEL": EMBEDDED_LLM_NAME}
+    return settings.replace(llm_embedded_port=port), env
+
+
+class LocalWorkers:
+    """`count` worker processes on consecutive ports from `first_port`."""
+
+    def __init__(
+        self,
+        count: int,
+        first_port: int,
+        *,
+        env: Mapping[str, str] | None = None,
+        backend: str = "cascade",
+        log_dir: Path | None = None,
+    ) -> None:
+        self.urls: list[str] = []
+        self.processes: list[subprocess.Popen[bytes]] = []
+        child_env = {**os.environ, **(env or {})}
+        for index in range(count):
+            port = first_port + index
+            command = [sys.executable, "-m", "app.cli", "worker", "--backend", backend]
+            command += ["--port", str(port), "--worker-id", f"local-{index}"]
+            log = None
+            if log_dir is not None:
+                log = open(log_dir / f"worker-{index}.log", "wb")
+            self.processes.append(
+                subprocess.Popen(
+                    command,
+                    env=child_env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT if log is not None else None,
+                    preexec_fn=_end_with_parent,
+                )
+            )
+            if log is not None:
+                log.close()  # the child has its own descriptor
+            self.urls.append(f"ws://127.0.0.1:{port}")
+
+    def wait_idle(self, timeout_s: float = 180.0) -> None:
+        """Block until every worker reports IDLE; raise naming the ones that did not."""
+        deadline = time.monotonic() + timeout_s
+        waiting = set(range(len(self.urls)))
+        while waiting and time.monotonic() < deadline:
+            for index in sorted(waiting):
+                if self.processes[index].poll() is not None:
+                    raise RuntimeError(
+                        f"worker {index} exited with {self.processes[index].returncode}"
+                    )
+                health = self.urls[index].replace("ws://", "http://") + "/health"
+                try:
+                    state = httpx.get(health, timeout=1.0).json().get("state")
+                except (httpx.HTTPError, ValueError):
+                    continue
+                if state == "idle":
+                    waiting.discard(index)
+                elif state == "error":
+                    raise RuntimeError(f"worker {index} failed to load its backend")
+            time.sleep(0.2)
+        if waiting:
+            raise TimeoutError(f"workers {sorted(waiting)} not idle after {timeout_s:g} s")
+
+    def kill(self, index: int, sig: int = signal.SIGKILL) -> None:
+        os.kill(self.processes[index].pid, sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            self.processes[index].wait(10)
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
