@@ -5,6 +5,8 @@
     offhook bench frontend  CPU per 20 ms frame of the inbound audio chain
     offhook bench recorder  what recording a call costs its event loop per frame
     offhook bench units     duplex cascade backend: unit processing time vs unit length
+    offhook bench takeover  worker process killed mid-question / mid-reply: the caller's gap
+    offhook bench pool      N local workers, 1..M simultaneous callers (ops/bench_duplex.py)
 
 `call` starts the bot in-process on 127.0.0.1 (or dials `--url`), plays a Twilio caller
 with espeak speech through 8 kHz mu-law, and reads every figure off the simulated
@@ -349,14 +351,30 @@ def main(argv: list[str] | None = None) -> int:
     recorder.add_argument(
         "--speed", type=float, default=10.0, help="frames arrive this much faster than real time"
     )
-    for p in (call, frontend, recorder, units):
+    takeover = sub.add_parser("takeover", help="worker killed mid-call: what the caller hears")
+    takeover.add_argument("--calls", type=int, default=3, help="trials of each kind")
+    pool = sub.add_parser("pool", help="N local workers under 1..M simultaneous calls")
+    pool.add_argument("--workers", type=int, default=2)
+    pool.add_argument(
+        "--calls",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1, 2, 3, 4],
+        help="comma-separated numbers of simultaneous calls",
+    )
+    for p in (takeover, pool):
+        p.add_argument("--worker-port", type=int, default=22500)
+    for p in (call, frontend, recorder, units, takeover, pool):
         p.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
+    from ops.bench_duplex import bench_pool, bench_takeover
+
     runs = {
         "call": bench_call,
         "frontend": bench_frontend,
         "recorder": bench_recorder,
         "units": bench_units,
+        "takeover": bench_takeover,
+        "pool": bench_pool,
     }
     result = runs[args.what](args)
     _print(f"offhook bench {args.what} — {result['machine']}", result)

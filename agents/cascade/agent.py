@@ -367,7 +367,7 @@ class CascadeAgent:
             # monotone callers) low even on complete questions.
             or (
                 probability >= self.cfg.end_of_turn_threshold / 5
-                and _sounds_finished(transcript.text)
+                and sounds_finished(transcript.text)
             )
         )
         if (
@@ -582,7 +582,7 @@ def _eot_error(exc: Exception) -> BackendError:
     return error
 
 
-def _sounds_finished(text: str) -> bool:
+def sounds_finished(text: str) -> bool:
     """Whisper ends a complete sentence with . ? or ! and a trailing-off one with ..."""
     text = text.rstrip()
     return text.endswith(("?", "!", ".")) and not text.endswith("..")

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from agents.cascade.agent import sounds_finished
 from agents.cascade.clauses import ClauseSplitter
 from agents.cascade.llm import ChatModel, Message
 from agents.cascade.stt import SpeechToText
@@ -67,6 +68,10 @@ class CascadeDuplexConfig:
     backchannel_text: str = "mhm"
     history_turns: int = 12  # caller+bot pairs kept after the system prompt
     keypad_timeout_ms: int = 800  # quiet after the last key press that ends the entry
+    # A unit's result is due within its length: waiting for the LLM stops at this share
+    # of it, and the words go out with a later unit instead (the model "thinks" while
+    # listening, as a duplex model does), so a slow LLM never stalls the session.
+    unit_budget: float = 0.8
 
     def with_overrides(self, overrides: dict[str, Any]) -> CascadeDuplexConfig:
         """Apply Prepare.config keys that name fields; other keys are for other backends."""
@@ -119,16 +124,23 @@ class ReplyStream:
         """Every clause has been taken and the LLM is done."""
         return self._written and not self._ready
 
-    async def next_clause(self) -> str | None:
-        """The next clause, waiting for the LLM if need be; None once the reply is over."""
-        while not self._ready:
-            if self._written:
-                if self._error is not None:
-                    raise self._error
-                return None
-            self._changed.clear()
-            await self._changed.wait()
-        return self._ready.popleft()
+    async def next_clause(self, within_s: float | None = None) -> str | None:
+        """The next clause, waiting for the LLM up to `within_s`; None once the reply is over.
+
+        Raises TimeoutError when the LLM has not written the next clause in time.
+        """
+        if not self._ready and not self._written:
+            if within_s is not None and within_s <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(within_s):
+                while not self._ready and not self._written:
+                    self._changed.clear()
+                    await self._changed.wait()
+        if self._ready:
+            return self._ready.popleft()
+        if self._error is not None:
+            raise self._error
+        return None
 
     def cancel(self) -> None:
         self._task.cancel()
@@ -208,6 +220,7 @@ class CascadeDuplexBackend:
         audio = np.asarray(audio_16k, dtype=np.float32)
         timings: dict[str, float] = {}
         started = time.perf_counter()
+        self._unit_due = started + self.config.unit_budget * self._unit_samples / CALLER_RATE
         probs = await asyncio.to_thread(self._vad.process, audio)
         timings["vad"] = (time.perf_counter() - started) * 1000
         speech_in_unit = self._track_speech(probs)
@@ -236,9 +249,10 @@ class CascadeDuplexBackend:
 
         if self._trailing_silence < self._samples(self.config.min_silence_ms):
             return self._outcome(await self._maybe_backchannel(timings))
-        if not await self._turn_complete(timings):
+        heard = await self._turn_complete(timings)
+        if heard is None:
             return self._outcome(UnitOutcome(timings=timings))
-        return self._outcome(await self._respond(timings))
+        return self._outcome(await self._respond(heard, timings))
 
     async def keypad(self, digits: str) -> None:
         """Key presses gather until the caller stops pressing; then they are a turn."""
@@ -277,6 +291,7 @@ class CascadeDuplexBackend:
         self._trailing_silence = 0  # samples of non-speech since the last speech window
         self._run_speech = 0  # caller speech since the last pause or backchannel
         self._unit_samples = max(1, request.unit_ms) * CALLER_RATE // 1000
+        self._unit_due = 0.0  # perf_counter time by which this unit's result should be out
         self._reply: ReplyStream | None = None  # the reply being written and handed out
         self._sent_text: list[str] = []  # reply text already handed out
         self._playing_samples = 0  # bot audio handed out and not yet played (caller clock)
@@ -316,22 +331,33 @@ class CascadeDuplexBackend:
             timings=timings,
         )
 
-    async def _turn_complete(self, timings: dict[str, float]) -> bool:
-        if self._trailing_silence >= self._samples(self.config.max_silence_ms):
-            return True
-        started = time.perf_counter()
-        utterance = np.concatenate(self._utterance)
-        prob = await asyncio.to_thread(self.end_of_turn.predict, utterance)
-        timings["eot"] = (time.perf_counter() - started) * 1000
-        return prob >= self.config.end_of_turn_threshold
+    async def _turn_complete(self, timings: dict[str, float]) -> str | None:
+        """What the caller said, once their turn is over; None while it is not.
 
-    async def _respond(self, timings: dict[str, float]) -> UnitOutcome:
+        As in the in-process cascade, the end-of-turn model and Whisper run side by side
+        at a pause: the turn is over when the model is sure, or when it leans "maybe"
+        and Whisper heard a finished sentence (flat prosody scores low on the model even
+        for complete questions), or after the longest pause whatever they say.
+        """
         utterance = np.concatenate(self._utterance)
-        self._utterance = []
         started = time.perf_counter()
-        transcript = await asyncio.to_thread(self.stt.transcribe, utterance)
-        timings["stt"] = (time.perf_counter() - started) * 1000
-        caller_text = transcript.text.strip()
+        prob, transcript = await asyncio.gather(
+            asyncio.to_thread(self.end_of_turn.predict, utterance),
+            asyncio.to_thread(self.stt.transcribe, utterance),
+        )
+        timings["eot_stt"] = (time.perf_counter() - started) * 1000
+        text = transcript.text.strip()
+        threshold = self.config.end_of_turn_threshold
+        if not (
+            self._trailing_silence >= self._samples(self.config.max_silence_ms)
+            or prob >= threshold
+            or (prob >= threshold / 5 and sounds_finished(text))
+        ):
+            return None
+        self._utterance = []
+        return text
+
+    async def _respond(self, caller_text: str, timings: dict[str, float]) -> UnitOutcome:
         if not caller_text:
             return UnitOutcome(timings=timings)
         return await self._reply_to(caller_text, timings)
@@ -359,8 +385,9 @@ class CascadeDuplexBackend:
     async def _next_piece(self, timings: dict[str, float]) -> UnitOutcome:
         """Synthesise clauses until a unit's worth of bot audio is queued ahead of the caller.
 
-        Waits for the LLM only when the queue would otherwise run short: that wait is
-        the reply's first clause on the turn-ending unit, and rarely anything after it.
+        Waits for the LLM only when the queue would otherwise run short (that wait is
+        the reply's first clause on the turn-ending unit, and rarely anything after it),
+        and never past the unit's budget.
         """
         assert self._reply is not None
         texts: list[str] = []
@@ -370,8 +397,12 @@ class CascadeDuplexBackend:
         queued = self._playing_samples
         while queued < self._unit_samples:
             started = time.perf_counter()
-            text = await self._reply.next_clause()
-            waited += time.perf_counter() - started
+            try:
+                text = await self._reply.next_clause(within_s=self._unit_due - started)
+            except TimeoutError:
+                break  # the rest goes out with the next units
+            finally:
+                waited += time.perf_counter() - started
             if text is None:
                 finished = True
                 break

@@ -359,3 +359,38 @@ def test_every_backend_offers_the_whole_backend_interface() -> None:
     for backend in (make(), SettingsCascadeBackend(Settings.from_env({})), MiniCPMOBackend()):
         missing = sorted(name for name in members if not hasattr(backend, name))
         assert missing == [], f"{type(backend).__name__} lacks {missing}"
+
+
+async def test_a_finished_sentence_with_a_maybe_from_the_model_ends_the_turn_at_the_pause() -> None:
+    stt, turn = FakeStt("What time is it?"), FakeTurn(prob=0.2)  # "maybe": above 0.5 / 5
+    backend = await prepared(make(stt=stt, turn=turn))
+    await backend.process_unit(speech(1.0))
+    outcome = await backend.process_unit(np.concatenate((speech(0.4), silence(0.6))))
+    assert outcome.action == "speak" and outcome.caller_text == "What time is it?"
+    assert len(stt.heard) == 1  # the transcript from the pause is the one answered
+
+
+async def test_an_unfinished_sentence_with_a_maybe_waits_for_the_long_pause() -> None:
+    stt, turn = FakeStt("what time is"), FakeTurn(prob=0.2)
+    backend = await prepared(make(stt=stt, turn=turn))
+    await backend.process_unit(speech(1.0))
+    assert (await backend.process_unit(np.concatenate((speech(0.4), silence(0.6))))).action == (
+        "listen"
+    )
+    assert (await backend.process_unit(silence(1.0))).action == "speak"
+
+
+async def test_a_slow_llm_never_holds_a_unit_past_its_budget() -> None:
+    llm = GatedLlm(head=(), tail=("It is noon. ", "Bye."))
+    backend = make(llm=llm)
+    await backend.prepare(Prepare(system_prompt="be brief", unit_ms=200))  # 160 ms budget
+    await backend.process_unit(speech(1.0))
+    started = asyncio.get_running_loop().time()
+    thinking = await backend.process_unit(silence(1.0))
+    assert asyncio.get_running_loop().time() - started < 0.5
+    # The turn is taken (the gateway records it) while the reply is still being written.
+    assert thinking.action == "listen" and thinking.caller_text == "what time is it"
+    llm.go.set()
+    await asyncio.sleep(0)
+    spoken = await backend.process_unit(silence(0.2))
+    assert spoken.action == "speak" and spoken.text.startswith("It is noon.")
