@@ -34,6 +34,7 @@ from agents.cascade.tts import TextToSpeech
 from agents.conversation import keypad_text
 from agents.duplex.backend import UnitOutcome
 from agents.duplex.protocol import CALLER_RATE, Prepare
+from agents.errors import BackendError
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -72,6 +73,8 @@ class CascadeDuplexConfig:
     # of it, and the words go out with a later unit instead (the model "thinks" while
     # listening, as a duplex model does), so a slow LLM never stalls the session.
     unit_budget: float = 0.8
+    # Said when the LLM fails or writes nothing speakable: never silence after a turn.
+    apology: str = ""
 
     def with_overrides(self, overrides: dict[str, Any]) -> CascadeDuplexConfig:
         """Apply Prepare.config keys that name fields; other keys are for other backends."""
@@ -191,6 +194,7 @@ class CascadeDuplexBackend:
             end_of_turn_threshold=settings.end_of_turn_threshold,
             max_silence_ms=settings.end_of_turn_max_silence_ms,
             history_turns=settings.history_turns,
+            apology=settings.apology,
         )
         backend = cls(
             stt=models.stt,
@@ -401,6 +405,10 @@ class CascadeDuplexBackend:
                 text = await self._reply.next_clause(within_s=self._unit_due - started)
             except TimeoutError:
                 break  # the rest goes out with the next units
+            except BackendError as exc:
+                # A failed LLM costs this reply, not the session (and not the worker).
+                log.warning("the LLM failed mid-reply: %s", exc)
+                text = None
             finally:
                 waited += time.perf_counter() - started
             if text is None:
@@ -413,6 +421,12 @@ class CascadeDuplexBackend:
             pieces.append(audio)
             queued += audio.size * CALLER_RATE // self.tts.sample_rate
         finished = finished or self._reply.over
+        if finished and not texts and not self._sent_text and self.config.apology:
+            started = time.perf_counter()
+            pieces.append(await asyncio.to_thread(self.tts.synthesize, self.config.apology))
+            synthesised += time.perf_counter() - started
+            texts.append(self.config.apology)
+            queued += pieces[-1].size * CALLER_RATE // self.tts.sample_rate
         timings["llm"] = waited * 1000
         timings["tts"] = synthesised * 1000
         self._sent_text.extend(texts)

@@ -178,11 +178,17 @@ class DuplexAgent:
                 await self._session.send_unit(seq, unit)
 
     async def _receive_results(self) -> None:
-        # A worker that keeps up answers each unit within its length; more than a unit
-        # plus the grace late means it is stalled.
-        deadline = self._unit_ms / 1000 + self._stall_grace_s
+        # A worker that keeps up answers each unit within its length of sending it; a
+        # unit and the grace late means it is stalled. With no unit out, the next one
+        # is due within a unit, and its answer within a unit and the grace after that.
+        allowance = self._unit_ms / 1000 + self._stall_grace_s
         while True:
-            result = await self._session.next_result(timeout_s=deadline)
+            oldest = min(self._sent_at.values(), default=None)
+            if oldest is None:
+                timeout = allowance + self._unit_ms / 1000
+            else:
+                timeout = max(0.05, oldest + allowance - time.perf_counter())
+            result = await self._session.next_result(timeout_s=timeout)
             sent = self._sent_at.pop(result.seq, None)
             if sent is not None and self._metrics is not None:
                 self._metrics.unit_seconds.observe(time.perf_counter() - sent)

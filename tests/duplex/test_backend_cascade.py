@@ -10,7 +10,6 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 import numpy as np
-import pytest
 
 from agents.cascade.llm import Message
 from agents.cascade.stt import Transcript
@@ -285,14 +284,16 @@ async def test_a_barge_in_stops_the_llm_writing() -> None:
     assert backend.messages[-1] == {"role": "assistant", "content": "Sure thing. Let me see."}
 
 
-async def test_an_llm_failure_mid_reply_surfaces_on_the_unit_that_needs_the_words() -> None:
+async def test_an_llm_failure_mid_reply_ends_the_turn_with_what_was_said() -> None:
     llm = GatedLlm(head=("Sure thing. ", "Let me see. "), tail=("It is noon.",), fail=True)
-    backend = await prepared(make(llm=llm))
+    backend = await prepared(make(llm=llm), apology="Sorry.")
     await backend.process_unit(speech(1.0))
     assert (await backend.process_unit(silence(1.0))).action == "speak"
     llm.go.set()
-    with pytest.raises(BackendError, match="mid-reply"):
-        await backend.process_unit(silence(1.0))
+    ended = await backend.process_unit(silence(1.0))
+    # Half a reply is not followed by an apology: the turn just ends there.
+    assert ended.end_of_turn and not ended.audio.size
+    assert backend.messages[-1] == {"role": "assistant", "content": "Sure thing. Let me see."}
 
 
 async def test_cleanup_stops_a_reply_being_written() -> None:
@@ -394,3 +395,24 @@ async def test_a_slow_llm_never_holds_a_unit_past_its_budget() -> None:
     await asyncio.sleep(0)
     spoken = await backend.process_unit(silence(0.2))
     assert spoken.action == "speak" and spoken.text.startswith("It is noon.")
+
+
+async def test_a_reply_with_nothing_to_say_gets_the_apology_not_silence() -> None:
+    llm = FakeLlm(reply=("**",))
+    backend = await prepared(make(llm=llm), apology="Sorry, could you say that again?")
+    await backend.process_unit(speech(1.0))
+    outcome = await backend.process_unit(silence(1.0))
+    assert outcome.action == "speak" and outcome.text == "Sorry, could you say that again?"
+    assert outcome.end_of_turn and outcome.audio.size
+
+
+async def test_a_failing_llm_gets_the_apology_and_the_session_goes_on() -> None:
+    llm = GatedLlm(head=(), tail=(), fail=True)
+    llm.go.set()
+    backend = await prepared(make(llm=llm), apology="Sorry, could you say that again?")
+    await backend.process_unit(speech(1.0))
+    outcome = await backend.process_unit(silence(1.0))
+    assert outcome.text == "Sorry, could you say that again?" and outcome.end_of_turn
+    llm.fail = False
+    await backend.process_unit(speech(1.0))
+    assert (await backend.process_unit(silence(1.0))).action in ("speak", "listen")

@@ -144,6 +144,14 @@ async def start_session(address: str) -> ClientConnection:
     return ws
 
 
+async def end_session(ws: ClientConnection, address: str) -> None:
+    """Stop, read the Stopped, close, and see the worker back to IDLE."""
+    await send(ws, Stop())
+    assert isinstance(await recv(ws), Stopped)
+    await ws.close()
+    await wait_state(address, "idle")
+
+
 async def test_prepare_units_stop_results_in_order() -> None:
     speech = np.full(800, 0.25, dtype=np.float32)
     backend = FakeBackend(
@@ -200,10 +208,7 @@ async def test_finalize_runs_after_the_result_and_before_the_next_unit() -> None
         backend.finalize_gate.set()
         second = await recv(ws)
         assert isinstance(second, Result) and second.seq == 1
-        await send(ws, Stop())
-        await recv(ws)
-        await ws.close()
-        await wait_state(address, "idle")
+        await end_session(ws, address)
     assert backend.calls[2:] == ["unit:1600", "finalize", "unit:1600", "finalize", "cleanup"]
 
 
@@ -221,10 +226,7 @@ async def test_keypad_presses_reach_the_backend_between_units_after_the_finalize
         assert "keypad:42#" not in backend.calls  # held at the barrier with unit 1
         backend.finalize_gate.set()
         assert isinstance(await recv(ws), Result)
-        await send(ws, Stop())
-        await recv(ws)
-        await ws.close()
-        await wait_state(address, "idle")
+        await end_session(ws, address)
     assert backend.calls[2:6] == ["unit:1600", "finalize", "keypad:42#", "unit:1600"]
 
 
@@ -243,10 +245,7 @@ async def test_a_speech_only_backend_refuses_keypad_input_and_the_session_goes_o
         assert "keypad" in refused.message
         await send(ws, unit(0))
         assert isinstance(await recv(ws), Result)
-        await send(ws, Stop())
-        await recv(ws)
-        await ws.close()
-        await wait_state(address, "idle")
+        await end_session(ws, address)
     assert not any(call.startswith("keypad") for call in backend.calls)
 
 
@@ -264,10 +263,7 @@ async def test_a_second_session_is_rejected_busy() -> None:
         # The first session is untouched.
         await send(ws, unit(0))
         assert isinstance(await recv(ws), Result)
-        await send(ws, Stop())
-        await recv(ws)
-        await ws.close()
-        await wait_state(address, "idle")
+        await end_session(ws, address)
 
 
 async def test_pause_resume_then_pause_timeout_releases_the_worker() -> None:
