@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 from collections.abc import Coroutine
 from contextlib import AsyncExitStack
@@ -17,13 +16,11 @@ from typing import Any, TypeVar
 import uvicorn
 from starlette.applications import Starlette
 
+from agents.cascade.llm import free_local_port as free_port
+
+__all__ = ["ServerThread", "free_port"]  # free_port: one place picks free ports
+
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class ServerThread:

@@ -26,13 +26,7 @@ pytestmark = pytest.mark.timeout(240)
 def start_worker(
     servers: ServerThread, models: CascadeModels, name: str
 ) -> tuple[str, uvicorn.Server]:
-    backend = CascadeDuplexBackend(
-        stt=models.stt,
-        tts=models.tts,
-        llm=models.llm,
-        end_of_turn=models.end_of_turn,
-        vad_factory=SileroVad,
-    )
+    backend = CascadeDuplexBackend.from_models(models, vad_factory=SileroVad)
     port = free_port()
     servers.serve(create_worker_app(backend, worker_id=name), port)
     server = servers.servers[-1]

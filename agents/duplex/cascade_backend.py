@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from agents.cascade.agent import sounds_finished
+from agents.cascade.agent import CascadeModels, sounds_finished
 from agents.cascade.clauses import ClauseSplitter
 from agents.cascade.llm import ChatModel, Message
 from agents.cascade.stt import SpeechToText
@@ -196,16 +196,27 @@ class CascadeDuplexBackend:
             history_turns=settings.history_turns,
             apology=settings.apology,
         )
-        backend = cls(
+        backend = cls.from_models(models, vad_factory=SileroVad, config=config)
+        backend._stack = stack
+        return backend
+
+    @classmethod
+    def from_models(
+        cls,
+        models: CascadeModels,
+        *,
+        vad_factory: Callable[[], StreamingVad],
+        config: CascadeDuplexConfig | None = None,
+    ) -> CascadeDuplexBackend:
+        """Over models already loaded (the gateway's own, in tests)."""
+        return cls(
             stt=models.stt,
             tts=models.tts,
             llm=models.llm,
             end_of_turn=models.end_of_turn,
-            vad_factory=SileroVad,
+            vad_factory=vad_factory,
             config=config,
         )
-        backend._stack = stack
-        return backend
 
     async def aclose(self) -> None:
         if self._stack is not None:

@@ -27,7 +27,8 @@ class UnansweredInput:
         self._preroll_samples = 0
         self._preroll_limit = RATE * preroll_ms // 1000
         self._max_samples = int(RATE * max_s)
-        self._run: list[FrontEndOutput | Digits] = []  # since the last speech start
+        # Since the last speech start; trimmed from the front frame by frame when over max_s.
+        self._run: deque[FrontEndOutput | Digits] = deque()
         self._run_samples = 0
         self._open = False  # the run is a caller turn the worker has not answered
 
@@ -38,7 +39,7 @@ class UnansweredInput:
             self._open = True
             return
         if not self._open and any(isinstance(e, SpeechStarted) for e in item.events):
-            self._run = list(self._preroll)
+            self._run = deque(self._preroll)
             self._run_samples = self._preroll_samples
             self._open = not bot_audible
         self._remember(item)
@@ -54,12 +55,12 @@ class UnansweredInput:
     def answered(self) -> None:
         """The worker took the caller's turn: nothing is owed."""
         self._open = False
-        self._run = []
+        self._run = deque()
         self._run_samples = 0
 
     def take(self) -> list[FrontEndOutput | Digits]:
         """The unanswered turn's inputs, oldest first; empty when nothing is owed."""
-        run = self._run if self._open else []
+        run = list(self._run) if self._open else []
         self.answered()
         return run
 
@@ -67,7 +68,7 @@ class UnansweredInput:
         """Keep the turn's last `max_s`; it still starts with speech starting."""
         started = False
         while self._run_samples > self._max_samples and len(self._run) > 1:
-            dropped = self._run.pop(0)
+            dropped = self._run.popleft()
             if isinstance(dropped, FrontEndOutput):
                 self._run_samples -= len(dropped.audio)
                 started = started or any(isinstance(e, SpeechStarted) for e in dropped.events)

@@ -12,14 +12,14 @@ from starlette.applications import Starlette
 
 
 @asynccontextmanager
-async def serve_locally(app: Starlette) -> AsyncIterator[str]:
+async def serve_locally(app: Starlette, *, lifespan: str = "off") -> AsyncIterator[str]:
     """Yields the app's ws:// base url; the server stops when the block ends."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen()  # connections queue in the backlog until uvicorn accepts them
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        app, ws="websockets-sansio", lifespan="off", log_level="critical", access_log=False
+        app, ws="websockets-sansio", lifespan=lifespan, log_level="critical", access_log=False
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))

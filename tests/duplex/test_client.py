@@ -50,6 +50,13 @@ async def fake_worker(handler: Handler) -> AsyncIterator[str]:
         yield url
 
 
+async def connected(url: str) -> WorkerSession:
+    """A session past its Prepared, as the gateway holds one."""
+    session = WorkerSession()
+    await session.connect(url, PREPARE)
+    return session
+
+
 async def prepared(ws: WebSocket) -> None:
     """Answer the Prepare like a real worker."""
     assert isinstance(decode(await ws.receive_text()), Prepare)
@@ -80,8 +87,7 @@ async def test_connect_returns_prepared() -> None:
 
 async def test_results_arrive_in_order() -> None:
     async with fake_worker(echo_units) as url:
-        session = WorkerSession()
-        await session.connect(url, PREPARE)
+        session = await connected(url)
         for seq in range(3):
             await session.send_unit(seq, np.zeros(16000, np.float32))
         seqs = [(await session.next_result(timeout_s=2)).seq for _ in range(3)]
@@ -101,8 +107,7 @@ async def test_unit_audio_reaches_worker_as_pcm16() -> None:
         await ws.receive_text()
 
     async with fake_worker(capture) as url:
-        session = WorkerSession()
-        await session.connect(url, PREPARE)
+        session = await connected(url)
         await session.send_unit(0, np.full(4, 0.5, np.float32))
         assert await received == np.full(4, 16384, "<i2").tobytes()
         await session.stop(timeout_s=0.05)
@@ -115,8 +120,7 @@ async def test_silent_worker_stalls() -> None:
         await ws.receive_text()
 
     async with fake_worker(silent) as url:
-        session = WorkerSession()
-        await session.connect(url, PREPARE)
+        session = await connected(url)
         await session.send_unit(0, np.zeros(160, np.float32))
         with pytest.raises(WorkerStalled):
             await session.next_result(timeout_s=0.05)
@@ -129,8 +133,7 @@ async def test_socket_closed_by_worker_is_worker_died() -> None:
         await ws.close(code=1011)
 
     async with fake_worker(crash) as url:
-        session = WorkerSession()
-        await session.connect(url, PREPARE)
+        session = await connected(url)
         with pytest.raises(WorkerDied) as info:
             await session.next_result(timeout_s=2)
         assert info.value.__cause__ is not None
@@ -144,8 +147,7 @@ async def test_fatal_error_is_worker_died() -> None:
         await ws.receive_text()
 
     async with fake_worker(fatal) as url:
-        session = WorkerSession()
-        await session.connect(url, PREPARE)
+        session = await connected(url)
         with pytest.raises(WorkerDied, match="CUDA out of memory"):
             await session.next_result(timeout_s=2)
 
@@ -158,8 +160,7 @@ async def test_non_fatal_error_is_skipped() -> None:
         await ws.receive_text()
 
     async with fake_worker(hiccup) as url:
-        session = WorkerSession()
-        await session.connect(url, PREPARE)
+        session = await connected(url)
         assert (await session.next_result(timeout_s=2)).seq == 7
         await session.stop(timeout_s=0.05)
 
@@ -171,8 +172,7 @@ async def test_garbage_frame_is_worker_died() -> None:
         await ws.receive_text()
 
     async with fake_worker(garbage) as url:
-        session = WorkerSession()
-        await session.connect(url, PREPARE)
+        session = await connected(url)
         with pytest.raises(WorkerDied, match="protocol"):
             await session.next_result(timeout_s=2)
 
@@ -183,8 +183,7 @@ async def test_stop_on_dead_socket_does_not_raise() -> None:
         await ws.close(code=1011)
 
     async with fake_worker(crash) as url:
-        session = WorkerSession()
-        await session.connect(url, PREPARE)
+        session = await connected(url)
         with pytest.raises(WorkerDied):
             await session.next_result(timeout_s=2)
         await session.stop()
@@ -193,8 +192,7 @@ async def test_stop_on_dead_socket_does_not_raise() -> None:
 
 async def test_stop_waits_for_stopped() -> None:
     async with fake_worker(echo_units) as url:
-        session = WorkerSession()
-        await session.connect(url, PREPARE)
+        session = await connected(url)
         await session.send_unit(0, np.zeros(160, np.float32))  # its result is drained
         await session.stop(timeout_s=2)
         assert session.state is SessionState.CLOSED
@@ -202,8 +200,7 @@ async def test_stop_waits_for_stopped() -> None:
 
 async def test_send_after_close_is_worker_died() -> None:
     async with fake_worker(echo_units) as url:
-        session = WorkerSession()
-        await session.connect(url, PREPARE)
+        session = await connected(url)
         await session.stop()
         with pytest.raises(WorkerDied):
             await session.send_unit(1, np.zeros(160, np.float32))

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -35,6 +33,7 @@ from agents.duplex.protocol import (
     pcm16_bytes,
 )
 from agents.duplex.worker import create_worker_app
+from tests.duplex.local_app import serve_locally
 
 UNIT = np.zeros(1600, dtype=np.float32)  # 100 ms of silence: the fake ignores content
 
@@ -88,19 +87,9 @@ class FakeBackend:
 @asynccontextmanager
 async def serve(backend: FakeBackend, **options: float) -> AsyncIterator[str]:
     """The worker app on a free port, in this test's event loop; yields host:port."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
     app = create_worker_app(backend, worker_id="w-test", **options)
-    config = uvicorn.Config(app, ws="websockets-sansio", lifespan="on", log_level="warning")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        yield f"127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
+    async with serve_locally(app, lifespan="on") as url:
+        yield url.removeprefix("ws://")
 
 
 async def health(address: str) -> dict[str, object]:
