@@ -34,12 +34,15 @@ class Playback:
         now: Callable[[], int],
         *,
         chunk_ms: int = 100,
+        min_latency_ms: int = 0,
         on_played: Callable[[int, np.ndarray], None] | None = None,
         on_event: Callable[[str, dict[str, object]], None] | None = None,
     ) -> None:
         self._sink = sink
         self.now = now  # call clock, in 8 kHz samples of caller audio received
-        self.clock = PlayoutClock(PHONE_RATE, on_played=on_played)
+        self.clock = PlayoutClock(
+            PHONE_RATE, on_played=on_played, min_latency=PHONE_RATE * min_latency_ms // 1000
+        )
         self._emit = on_event or (lambda _name, _data: None)
         self._chunk = PHONE_RATE * chunk_ms // 1000
         self.first_audio_at: int | None = None  # clock position of the last turn's first chunk

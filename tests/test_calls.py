@@ -17,6 +17,7 @@ from agents.cascade.agent import CascadeModels
 from agents.cascade.llm import OpenAIChat
 from agents.conversation import Speaker
 from media.resample import resample
+from ops.line import LineConditions
 from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call
 from tests.conftest import AUTH_TOKEN, GREETING, Bot, ServerThread, start_bot
 
@@ -133,7 +134,7 @@ async def test_a_backchannel_does_not_stop_the_bot(bot: Bot) -> None:
 
 
 async def test_the_bots_own_echo_does_not_interrupt_it(bot: Bot) -> None:
-    report = await call(bot, echo_db=20.0, hangup_after_ms=8000)
+    report = await call(bot, line=LineConditions(echo_db=20.0), hangup_after_ms=8000)
 
     assert report.clears == []
     assert not session(bot, report).conversation.turns[0].truncated

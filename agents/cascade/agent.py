@@ -68,7 +68,13 @@ class TurnTaking:
     barge_in_min_speech_ms: int = 600
     echo_margin_db: float = 12.0
     preroll_ms: int = 300
+    # A turn this long is ended at its next pause; with no pause at all (speech-like
+    # background the gate could not separate), the end-of-turn model and the
+    # transcript decide at this length, and again every `recheck_s`, without a pause.
     max_utterance_s: float = 20.0
+    recheck_s: float = 5.0
+    # ...and past this the turn is answered whatever they say: never wait forever.
+    hard_max_utterance_s: float = 60.0
     digit_timeout_ms: int = 800
 
 
@@ -91,6 +97,7 @@ class _Candidate:
 
     task: asyncio.Task[_Evaluation]
     speech_end: int
+    capped: bool = False  # started mid-speech because the turn reached its length cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +155,7 @@ class CascadeAgent:
         self._speech_start = 0  # 16 kHz sample where the current speech run began
         self._barge_samples = 0  # samples of it louder than the bot's echo
         self._candidate: _Candidate | None = None
+        self._next_cap_check = 0  # 16 kHz sample at which a capped turn is looked at again
         self._response: asyncio.Task[None] | None = None
         self._response_turn: Turn | None = None
         self._response_audible = False
@@ -210,6 +218,22 @@ class CascadeAgent:
             self._utterance.append(audio)
         if self._speaking and self._overlap:
             await self._check_barge_in(out)
+        elif self._speaking and self._collecting:
+            self._check_length_cap()
+
+    def _check_length_cap(self) -> None:
+        """A turn that never pauses is judged at its cap, not waited on forever."""
+        length = self._position - self._utterance_start
+        cap = int(self.cfg.max_utterance_s * RATE)
+        if length < cap or self._candidate is not None:
+            return
+        if self._position < self._next_cap_check:
+            return
+        self._next_cap_check = self._position + int(self.cfg.recheck_s * RATE)
+        self._emit("turn_capped", {"speech_ms": length * 1000 // RATE})
+        self._start_candidate(self._position)
+        assert self._candidate is not None
+        self._candidate.capped = True
 
     def _reply_unheard(self) -> bool:
         return self._committed_turn is not None and not self._response_audible
@@ -250,6 +274,7 @@ class CascadeAgent:
         return False
 
     def _begin_utterance(self) -> None:
+        self._next_cap_check = 0
         self._collecting = True
         self._utterance = list(self._preroll)
         self._utterance_start = self._position - self._preroll_samples
@@ -344,7 +369,7 @@ class CascadeAgent:
 
     async def _maybe_end_turn(self) -> None:
         candidate = self._candidate
-        if candidate is None or self._speaking:
+        if candidate is None or (self._speaking and not candidate.capped):
             return
         silence_ms = (self._position - candidate.speech_end) * 1000 // RATE
         long_turn = sum(len(a) for a in self._utterance) > self.cfg.max_utterance_s * RATE
@@ -361,7 +386,7 @@ class CascadeAgent:
         probability, transcript, stt_ms = result.probability, result.transcript, result.elapsed_ms
         complete = (
             probability >= self.cfg.end_of_turn_threshold
-            or long_turn
+            or (long_turn and not candidate.capped)
             # Two weak signals agreeing: the acoustic model leans "maybe" and Whisper
             # heard a finished sentence. Smart Turn scores flat prosody (synthetic or
             # monotone callers) low even on complete questions.
@@ -370,7 +395,11 @@ class CascadeAgent:
                 and sounds_finished(transcript.text)
             )
         )
-        if (
+        if candidate.capped:
+            length = self._position - self._utterance_start
+            if not complete and length < self.cfg.hard_max_utterance_s * RATE:
+                return  # still talking by both signals: looked at again in recheck_s
+        elif (
             not (complete and silence_ms >= self.cfg.min_silence_ms)
             and silence_ms < self.cfg.max_silence_ms
         ):

@@ -196,6 +196,7 @@ class CascadeDuplexBackend:
             history_turns=settings.history_turns,
             apology=settings.apology,
         )
+        # The gateway's front end has cancelled the bot's echo in the audio it sends.
         backend = cls.from_models(models, vad_factory=SileroVad, config=config)
         backend._stack = stack
         return backend

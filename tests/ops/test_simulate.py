@@ -29,6 +29,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from twilio.request_validator import RequestValidator
 
 from media.codec import mulaw_decode, mulaw_encode
+from ops.line import LineConditions
 from ops.simulate import CallerTurn, SimulationConfig, SimulationError, main, simulate_call
 from telephony.protocol import Dtmf, Mark, Media, Start, Stop, parse_event
 
@@ -317,7 +318,7 @@ async def test_echo_leaks_the_bot_into_the_microphone_and_the_recording_is_stere
     config = SimulationConfig(
         base_url=fake_twilio_server(scenario),
         auth_token=TOKEN,
-        echo_db=20,
+        line=LineConditions(echo_db=20),
         hangup_after_ms=200,
         record_path=record,
         max_call_s=10,
