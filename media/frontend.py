@@ -7,6 +7,7 @@ mu-law -> echo cancelled against the bot's played audio (AEC3, 8 kHz)
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -23,6 +24,13 @@ __all__ = ["FrontEnd", "FrontEndOutput", "level_dbfs"]
 INPUT_RATE = 8000
 OUTPUT_RATE = 16000
 _SILENCE_DB = -120.0
+# Echo cancellation takes the bot's echo at least this far below the bot's own level
+# once it has converged (measured 40-60 dB on 60-450 ms paths); a caller talking over
+# the bot is within ~10 dB of it. Line audio quieter than that, while the bot plays or
+# its echo may still be coming back, is the echo's residue, not the caller.
+_ECHO_RESIDUE_DB = 30.0
+_ECHO_TAIL_FRAMES = 30  # 600 ms: the longest echo path (400 ms) plus the reference lead
+_BOT_SILENT_DB = -60.0  # a reference quieter than this plays nothing that could echo
 
 
 def level_dbfs(samples: np.ndarray) -> float:
@@ -81,12 +89,19 @@ class FrontEnd:
         else:
             resampler: Resampler = make_stream_resampler(INPUT_RATE, OUTPUT_RATE, low_latency)
             self._clean = resampler.process
+        # Silero listens to the line as it came in (only upsampled): the echo canceller's
+        # suppressor and RNNoise both chop a caller's voice while the bot talks over it,
+        # and Silero then misses two thirds of a real interruption. The echo it hears
+        # there instead is kept out by the gate, which measures the cancelled signal.
+        self._line_up: Resampler = make_stream_resampler(INPUT_RATE, OUTPUT_RATE, low_latency)
         self._vad = SileroVad(OUTPUT_RATE)
         self._gate = SpeechGate(gate_margin_db)
-        # The line's audio before noise suppression, for the gate's levels: the last
-        # second of it, ending at 8 kHz sample `_raw_end`.
-        self._raw = np.zeros(INPUT_RATE, dtype=np.float32)
-        self._raw_end = 0
+        # Levels for the gate: the line after echo cancellation, where the bot's echo
+        # is gone, so what stands out while the bot talks is the caller.
+        self._cancelled_levels = _RecentAudio()
+        # The bot's level over the last 600 ms, per batch: its echo may still be arriving.
+        self._bot_levels: deque[float] = deque([_SILENCE_DB], maxlen=_ECHO_TAIL_FRAMES)
+        self._line_unmatched = np.zeros(0, dtype=np.float32)
         self._activity = VoiceActivity(
             self._vad.window_samples,
             OUTPUT_RATE,
@@ -112,20 +127,33 @@ class FrontEnd:
         `reference`: float32 8 kHz, one sample per input sample: the bot audio that
         played into the caller's room at those moments (silence when None).
         """
-        raw = pcm16_to_float(mulaw_decode(mulaw))
+        line = pcm16_to_float(mulaw_decode(mulaw))
+        raw = content = line
         if self._echo is not None:
-            far = reference if reference is not None else np.zeros(raw.size, np.float32)
-            raw = self._echo.process(raw, far)
-        self._remember_raw(raw)
-        audio = self._clean(raw)
+            far = reference if reference is not None else np.zeros(line.size, np.float32)
+            raw = self._echo.process(line, far)
+            self._bot_levels.append(level_dbfs(far))
+            # The line, sample for sample with the canceller's output.
+            pending = np.concatenate((self._line_unmatched, line))
+            aligned, self._line_unmatched = pending[: raw.size], pending[raw.size :]
+            # Whisper hears the cancelled line only while the bot's echo may be in it:
+            # with nothing to cancel, the canceller's processing still costs words
+            # (measured with `offhook bench stt`), so the line goes through untouched.
+            content = raw if max(self._bot_levels) > _BOT_SILENT_DB else aligned
+        self._cancelled_levels.add(raw)
+        audio = self._clean(content)
         start = self._position
         self._position += audio.size
 
         window = self._vad.window_samples
-        probs = self._vad.process(audio)
+        probs = self._vad.process(self._line_up.process(line))
         first_end = self._vad.position - (len(probs) - 1) * window
-        levels = [self._raw_level(first_end + i * window, window) for i in range(len(probs))]
-        probs = self._gate.apply(probs, levels)
+        levels = [
+            self._cancelled_levels.level(first_end + i * window, window) for i in range(len(probs))
+        ]
+        bot_level = max(self._bot_levels)
+        residue = bot_level - _ECHO_RESIDUE_DB if bot_level > _BOT_SILENT_DB else None
+        probs = self._gate.apply(probs, levels, echo_residue_db=residue)
         events: list[VadEvent] = []
         for i, prob in enumerate(probs):
             event = self._activity.update(prob, first_end + i * window)
@@ -138,26 +166,34 @@ class FrontEnd:
             probs=probs,
             speaking=self._activity.speaking,
             level_db=level_dbfs(raw),
-            noise_floor_db=self._gate.floor.level_db,
+            noise_floor_db=self._gate.level_db,
         )
-
-    def _remember_raw(self, raw: np.ndarray) -> None:
-        keep = self._raw.size
-        if raw.size >= keep:
-            self._raw = raw[-keep:].astype(np.float32)
-        else:
-            self._raw = np.concatenate((self._raw[raw.size :], raw))
-        self._raw_end += raw.size
-
-    def _raw_level(self, window_end: int, window: int) -> float:
-        """Level of the line's audio under a VAD window (16 kHz clock -> 8 kHz samples)."""
-        end = window_end * INPUT_RATE // OUTPUT_RATE
-        lo = max(0, end - window * INPUT_RATE // OUTPUT_RATE - (self._raw_end - self._raw.size))
-        hi = max(lo, end - (self._raw_end - self._raw.size))
-        return level_dbfs(self._raw[lo:hi])
 
     def close(self) -> None:
         if self._denoiser is not None:
             self._denoiser.close()
         if self._echo is not None:
             self._echo.close()
+
+
+class _RecentAudio:
+    """The last second of 8 kHz audio, for the level under any 16 kHz VAD window."""
+
+    def __init__(self) -> None:
+        self._audio = np.zeros(INPUT_RATE, dtype=np.float32)
+        self._end = 0  # 8 kHz sample just after the last one kept
+
+    def add(self, audio: np.ndarray) -> None:
+        keep = self._audio.size
+        if audio.size >= keep:
+            self._audio = audio[-keep:].astype(np.float32)
+        else:
+            self._audio = np.concatenate((self._audio[audio.size :], audio))
+        self._end += audio.size
+
+    def level(self, window_end: int, window: int) -> float:
+        """dBFS of the audio under the VAD window ending at 16 kHz sample `window_end`."""
+        first = self._end - self._audio.size
+        end = window_end * INPUT_RATE // OUTPUT_RATE - first
+        lo = max(0, end - window * INPUT_RATE // OUTPUT_RATE)
+        return level_dbfs(self._audio[lo : max(lo, end)])

@@ -113,22 +113,47 @@ class SpeechGate:
     talk it never sees the caller stop. A window is the caller only while the line's
     level (the loudest of the last `hold` windows, so the dips between syllables do not
     split a word) is `margin_db` above the call's noise floor; the caller's words end
-    where their voice drops back into the background. Measured on the line's level
-    before noise suppression, where babble is steady (within ~3.5 dB of its floor in 97 %
-    of windows) and a caller at 10 dB SNR rises well above it. `margin_db=0`: no gate.
+    where their voice drops back into the background. `margin_db=0`: no gate.
+
+    The floor is measured on the echo-cancelled line. While the bot talks, the
+    canceller's suppressor also pushes the background down, by 20 dB and more until
+    it has learnt the echo path (the first seconds of a call), then lets it back up.
+    So the floor learnt while the bot was quiet (6 s; babble is steady there) is held,
+    raised to a fast floor of the last half second under the bot when that is higher:
+    a call that starts with the greeting has no quiet floor yet, and the background
+    coming back out of the suppressor must not sound like a caller.
     """
 
-    def __init__(self, margin_db: float = 5.0, hold: int = 3) -> None:
+    def __init__(self, margin_db: float = 5.0, hold: int = 3, hold_under_bot: int = 8) -> None:
         self.margin_db = margin_db
-        self.floor = NoiseFloor()
-        self._recent: deque[float] = deque(maxlen=max(1, hold))
+        self.floor = NoiseFloor()  # learnt while the bot is quiet
+        self.floor_under_bot = NoiseFloor(windows=16, percentile=20.0)
+        self._hold = max(1, hold)
+        # Talking over the bot, the caller's voice comes out of the echo canceller's
+        # suppressor in pieces: a longer hold keeps an interruption one run of speech.
+        self._hold_under_bot = max(self._hold, hold_under_bot)
+        self._recent: deque[float] = deque(maxlen=self._hold_under_bot)
+        self.level_db = -120.0  # the floor the last window was measured against
 
-    def apply(self, probs: list[float], levels: list[float]) -> list[float]:
+    def apply(
+        self, probs: list[float], levels: list[float], *, echo_residue_db: float | None = None
+    ) -> list[float]:
+        """Gate each window. `echo_residue_db`: while the bot's echo may be coming back,
+        the level its residue after cancellation can reach (None: the bot is quiet)."""
         gated = []
         for prob, level in zip(probs, levels, strict=True):
-            floor = self.floor.update(level)
+            if echo_residue_db is not None:
+                floor = max(self.floor.level_db, self.floor_under_bot.update(level))
+                threshold = max(floor + self.margin_db, echo_residue_db)
+                hold = self._hold_under_bot
+            else:
+                floor = self.floor.update(level)
+                threshold = floor + self.margin_db
+                hold = self._hold
+            self.level_db = floor
             self._recent.append(level)
-            quiet = self.margin_db > 0 and max(self._recent) < floor + self.margin_db
+            loudest = max(list(self._recent)[-hold:])
+            quiet = self.margin_db > 0 and loudest < threshold
             gated.append(0.0 if quiet else prob)
         return gated
 

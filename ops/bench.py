@@ -7,6 +7,9 @@
     offhook bench units     duplex cascade backend: unit processing time vs unit length
     offhook bench takeover  worker process killed mid-question / mid-reply: the caller's gap
     offhook bench pool      N local workers, 1..M simultaneous callers (ops/bench_duplex.py)
+    offhook bench hearing   calls in every line condition (echo, babble, noise): who the
+                            bot hears, WER, own-echo turns, self-clears (ops/bench_hearing.py)
+    offhook bench stt       offline: WER and CPU of the front-end and Whisper choices
 
 `call` starts the bot in-process on 127.0.0.1 (or dials `--url`), plays a Twilio caller
 with espeak speech through 8 kHz mu-law, and reads every figure off the simulated
@@ -19,7 +22,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -29,34 +31,10 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from ops.measure import BENCH_TOKEN, QUESTIONS, machine, percentile
 from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call
 
-QUESTIONS = (
-    "What time does the pharmacy close today?",
-    "Can you recommend a good book to read?",
-    "How do I reset my password?",
-    "What is the weather usually like in London?",
-    "Tell me a fun fact about cats.",
-    "Where can I park near the station?",
-)
 BARGE_IN = "Sorry to interrupt, but I need to speak to someone about my bill."
-BENCH_TOKEN = "bench-auth-token-0123456789abcdef"
-
-
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
-
-
-def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 @dataclass
@@ -197,27 +175,29 @@ def _server_breakdown(app: object) -> dict[str, float]:
 
 
 def bench_frontend(args: argparse.Namespace) -> dict[str, object]:
-    from media.codec import mulaw_encode
-    from media.frontend import FrontEnd
-    from ops.caller_voice import speak
+    """CPU per 20 ms frame of the inbound chain, on the hardest line: the bot talking
+    (its echo at -10 dB, 150 ms) and babble at 15 dB, so the canceller is busy."""
+    from ops.bench_hearing import BOT_LINES, FRONT_ENDS, build_line, run_front_end
+    from ops.caller_voice import CallerVoice
+    from ops.line import LineConditions
 
-    speech = speak(" ".join(QUESTIONS[:3]))
-    frames = [mulaw_encode(speech[i : i + 160]) for i in range(0, len(speech) - 159, 160)]
-    result: dict[str, object] = {"machine": machine(), "frames": len(frames)}
-    for denoise in (True, False):
-        runs = []
-        for _ in range(args.repeat):
-            frontend = FrontEnd(denoise=denoise)
-            started = time.process_time()
-            for frame in frames:
-                frontend.process(frame)
-            runs.append((time.process_time() - started) / len(frames) * 1e6)
-            frontend.close()
-        key = "denoise_on" if denoise else "denoise_off"
-        result[f"{key}_us_per_frame_median"] = round(statistics.median(runs), 1)
-        result[f"{key}_us_per_frame_min"] = round(min(runs), 1)
+    voice = CallerVoice("piper")
+    texts = list(QUESTIONS[:3])
+    built = build_line(
+        LineConditions(noise="babble", snr_db=15, echo_db=-10, echo_delay_ms=150),
+        [voice.speak(t).astype(np.float32) for t in texts],
+        texts,
+        [voice.speak(t).astype(np.float32) * np.float32(0.7) for t in BOT_LINES],
+    )
+    result: dict[str, object] = {"machine": machine(), "frames": built.line.size // 160}
+    for name, (denoise, echo_cancel) in FRONT_ENDS.items():
+        runs = [
+            run_front_end(built, denoise=denoise, echo_cancel=echo_cancel)[1]
+            for _ in range(args.repeat)
+        ]
+        result[f"{name}: us per frame (median)"] = round(statistics.median(runs), 1)
         # Share of one core a call's front end takes: per-frame CPU over the 20 ms frame.
-        result[f"{key}_core_share_pct"] = round(statistics.median(runs) / 20_000 * 100, 2)
+        result[f"{name}: core share %"] = round(statistics.median(runs) / 20_000 * 100, 2)
     return result
 
 
@@ -343,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the caller's voice: piper (natural prosody) or espeak (flat, harder)",
     )
     frontend = sub.add_parser("frontend", help="CPU per 20 ms frame of the inbound chain")
-    frontend.add_argument("--repeat", type=int, default=5)
+    frontend.add_argument("--repeat", type=int, default=3)
     units = sub.add_parser("units", help="duplex cascade backend: unit processing time")
     units.add_argument("--unit-ms", type=int, default=1000)
     recorder = sub.add_parser("recorder", help="recording cost on the call's event loop")
@@ -363,7 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     for p in (takeover, pool):
         p.add_argument("--worker-port", type=int, default=22500)
-    for p in (call, frontend, recorder, units, takeover, pool):
+    from ops.bench_hearing import add_parsers, bench_hearing, bench_stt
+
+    hearing_parsers = add_parsers(sub)
+    for p in (call, frontend, recorder, units, takeover, pool, *hearing_parsers):
         p.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     from ops.bench_duplex import bench_pool, bench_takeover
@@ -375,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         "units": bench_units,
         "takeover": bench_takeover,
         "pool": bench_pool,
+        "hearing": bench_hearing,
+        "stt": bench_stt,
     }
     result = runs[args.what](args)
     _print(f"offhook bench {args.what} — {result['machine']}", result)

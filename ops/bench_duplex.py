@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.conversation import Speaker
-from ops.bench import BENCH_TOKEN, QUESTIONS, machine, percentile
+from ops.measure import BENCH_TOKEN, QUESTIONS, machine, percentile
 from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call
 
 STORY = "Please tell me a long story about a brave little dragon who learns to fly."

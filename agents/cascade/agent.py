@@ -67,6 +67,9 @@ class TurnTaking:
     max_silence_ms: int = 1000
     barge_in_min_speech_ms: int = 600
     echo_margin_db: float = 12.0
+    # An interruption stands this far above the call's background (babble, a TV): the
+    # background's own bursts, which Silero also calls speech, never stop the bot.
+    barge_in_over_floor_db: float = 10.0
     preroll_ms: int = 300
     # A turn this long is ended at its next pause; with no pause at all (speech-like
     # background the gate could not separate), the end-of-turn model and the
@@ -307,9 +310,12 @@ class CascadeAgent:
             if speech_ms >= self.cfg.barge_in_min_speech_ms:
                 self._overlap = False
             return
-        # The caller's own voice is far louder on their line than the bot's echo; audio
-        # that isn't clearly above the echo level does not count towards interrupting.
-        if out.level_db >= self.playback.reference_level_db() - self.cfg.echo_margin_db:
+        # The caller's own voice is far louder on their line than what is left of the
+        # bot's echo, and than the room behind them; audio that isn't clearly above both
+        # does not count towards interrupting.
+        above_echo = out.level_db >= self.playback.reference_level_db() - self.cfg.echo_margin_db
+        above_room = out.level_db >= out.noise_floor_db + self.cfg.barge_in_over_floor_db
+        if above_echo and above_room:
             self._barge_samples += len(out.audio)
         loud_ms = self._barge_samples * 1000 // RATE
         # Voiced speech is loud; pauses and unvoiced sounds inside it are not, so a third

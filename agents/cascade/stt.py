@@ -39,18 +39,29 @@ class SpeechToText(Protocol):
         ...
 
 
-def window_frames(content_frames: int) -> int:
+def window_frames(content_frames: int, min_window_s: int = MIN_WINDOW_S) -> int:
     """Encoder window for `content_frames` of audio: ≥ 10 s, in 5 s steps, ≤ 30 s."""
     seconds = max(
-        MIN_WINDOW_S, -(-content_frames // (FRAMES_PER_SECOND * WINDOW_STEP_S)) * WINDOW_STEP_S
+        min_window_s, -(-content_frames // (FRAMES_PER_SECOND * WINDOW_STEP_S)) * WINDOW_STEP_S
     )
     return min(seconds, MAX_WINDOW_S) * FRAMES_PER_SECOND
 
 
 class WhisperTranscriber:
-    """Greedy Whisper on one phone turn (the last 30 s at most), without timestamps."""
+    """Whisper on one phone turn (the last 30 s at most), without timestamps.
 
-    def __init__(self, model_dir: Path, *, threads: int = 2, language: str = "en") -> None:
+    Greedy with a 10 s window by default; `offhook bench stt` measures the choices.
+    """
+
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        threads: int = 2,
+        language: str = "en",
+        min_window_s: int = MIN_WINDOW_S,
+        beam_size: int = 1,
+    ) -> None:
         from faster_whisper import WhisperModel
         from faster_whisper.tokenizer import Tokenizer
 
@@ -65,6 +76,8 @@ class WhisperTranscriber:
             language=language if multilingual else "en",
         )
         self._prompt = [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
+        self._min_window_s = min_window_s
+        self._beam_size = beam_size
         # The feature extractor keeps per-call state; CTranslate2 serialises on its own.
         self._features_lock = threading.Lock()
 
@@ -76,13 +89,14 @@ class WhisperTranscriber:
             with self._features_lock:
                 features = self._whisper.feature_extractor(audio)
             content = features.shape[-1] - 1  # the extractor adds one frame of padding
-            window = np.zeros((1, features.shape[0], window_frames(content)), dtype=np.float32)
+            frames = window_frames(content, self._min_window_s)
+            window = np.zeros((1, features.shape[0], frames), dtype=np.float32)
             window[0, :, :content] = features[:, :content]
             encoded = self._whisper.model.encode(ctranslate2.StorageView.from_array(window))
             result = self._whisper.model.generate(
                 encoded,
                 [self._prompt],
-                beam_size=1,
+                beam_size=self._beam_size,
                 max_length=min(224, 48 + content // 8),
                 return_no_speech_prob=True,
                 suppress_blank=True,

@@ -10,6 +10,7 @@ can answer keypad presses (`keypad_input`) is told of them between units (`keypa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -47,8 +48,14 @@ class DuplexBackend(Protocol):
         """Reset per-session state; take in the system prompt and history."""
         ...
 
-    async def process_unit(self, audio_16k: np.ndarray) -> UnitOutcome:
-        """Prefill this unit's caller audio (float32, 16 kHz), then decide and generate."""
+    async def process_unit(
+        self, audio_16k: np.ndarray, speech: Sequence[float] | None = None
+    ) -> UnitOutcome:
+        """Prefill this unit's caller audio (float32, 16 kHz), then decide and generate.
+
+        `speech`: the gateway front end's speech probability per 32 ms window, when it
+        sent them; a backend that detects speech itself uses these instead.
+        """
         ...
 
     async def keypad(self, digits: str) -> None:

@@ -232,12 +232,21 @@ class CascadeDuplexBackend:
     async def prepare(self, request: Prepare) -> None:
         self._reset(request)
 
-    async def process_unit(self, audio_16k: np.ndarray) -> UnitOutcome:
+    async def process_unit(
+        self, audio_16k: np.ndarray, speech: Sequence[float] | None = None
+    ) -> UnitOutcome:
         audio = np.asarray(audio_16k, dtype=np.float32)
         timings: dict[str, float] = {}
         started = time.perf_counter()
         self._unit_due = started + self.config.unit_budget * self._unit_samples / CALLER_RATE
-        probs = await asyncio.to_thread(self._vad.process, audio)
+        # The gateway's own speech detection, when it sent it: it has heard the line
+        # before echo cancellation and knows the call's background; the audio here has
+        # lost both. Without it (an older gateway, a bench), Silero on the unit.
+        probs = (
+            list(speech)
+            if speech is not None
+            else await asyncio.to_thread(self._vad.process, audio)
+        )
         timings["vad"] = (time.perf_counter() - started) * 1000
         speech_in_unit = self._track_speech(probs)
         was_playing = self._reply is not None or self._playing_samples > 0
@@ -507,8 +516,10 @@ class SettingsCascadeBackend:
     async def prepare(self, request: Prepare) -> None:
         await self.inner.prepare(request)
 
-    async def process_unit(self, audio_16k: np.ndarray) -> UnitOutcome:
-        return await self.inner.process_unit(audio_16k)
+    async def process_unit(
+        self, audio_16k: np.ndarray, speech: Sequence[float] | None = None
+    ) -> UnitOutcome:
+        return await self.inner.process_unit(audio_16k, speech)
 
     async def keypad(self, digits: str) -> None:
         await self.inner.keypad(digits)

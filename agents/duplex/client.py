@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from enum import Enum
 from types import TracebackType
 
@@ -109,8 +109,16 @@ class WorkerSession:
         self.prepared = reply
         return reply
 
-    async def send_unit(self, seq: int, audio_16k: np.ndarray) -> None:
-        await self._send(Unit(seq=seq, audio=pcm16_bytes(audio_16k)))
+    async def send_unit(
+        self, seq: int, audio_16k: np.ndarray, speech: Sequence[float] | None = None
+    ) -> None:
+        await self._send(
+            Unit(
+                seq=seq,
+                audio=pcm16_bytes(audio_16k),
+                speech=None if speech is None else tuple(speech),
+            )
+        )
 
     async def send_keypad(self, digits: str) -> None:
         await self._send(Keypad(digits=digits))

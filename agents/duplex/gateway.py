@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RATE = 16000
+VAD_WINDOW = 512  # the front end's speech windows: 32 ms at 16 kHz
 
 
 class CallInputs:
@@ -159,6 +160,8 @@ class DuplexAgent:
         pending: list[np.ndarray] = []
         size = 0
         seq = 0
+        probs: list[float] = []  # the front end's speech windows not yet sent
+        sent = 0  # samples sent in units so far
         keypad = self._session.prepared is not None and self._session.prepared.keypad
         async for item in inputs:
             self._unanswered.note(item, bot_audible=self.playback.audible())
@@ -168,14 +171,19 @@ class DuplexAgent:
                 await self._session.send_keypad(item.digits)
                 continue
             pending.append(item.audio)
+            probs.extend(item.probs)
             size += len(item.audio)
             while size >= self.unit_samples:
                 audio = np.concatenate(pending)
                 unit, rest = audio[: self.unit_samples], audio[self.unit_samples :]
                 pending, size = ([rest], len(rest)) if len(rest) else ([], 0)
+                # The windows that end inside this unit go with it.
+                windows = (sent + self.unit_samples) // VAD_WINDOW - sent // VAD_WINDOW
+                speech, probs = probs[:windows], probs[windows:]
+                sent += self.unit_samples
                 seq += 1
                 self._sent_at[seq] = time.perf_counter()
-                await self._session.send_unit(seq, unit)
+                await self._session.send_unit(seq, unit, speech)
 
     async def _receive_results(self) -> None:
         # A worker that keeps up answers each unit within its length of sending it; a

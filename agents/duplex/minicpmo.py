@@ -22,7 +22,7 @@ import asyncio
 import gc
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -135,7 +135,10 @@ class MiniCPMOBackend:
             tts_audio=self.ref_audio,
         )
 
-    async def process_unit(self, audio_16k: np.ndarray) -> UnitOutcome:
+    async def process_unit(
+        self, audio_16k: np.ndarray, speech: Sequence[float] | None = None
+    ) -> UnitOutcome:
+        # MiniCPM-o hears the audio itself: the gateway's speech windows are not needed.
         audio = np.asarray(audio_16k, dtype=np.float32)
         try:
             started = time.perf_counter()

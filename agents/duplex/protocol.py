@@ -2,7 +2,7 @@
 
     gateway → worker            worker → gateway
     prepare                     prepared
-    unit (seq, 16 kHz audio)    result (seq, listen | speak | backchannel, text, audio)
+    unit (seq, 16 kHz audio, speech?)    result (seq, listen | speak | backchannel, text, audio)
     keypad (digits)
     pause / resume              paused / resumed
     stop                        stopped
@@ -60,7 +60,20 @@ class Prepare:
 class Unit:
     seq: int
     audio: bytes  # PCM16 LE mono at CALLER_RATE
+    # The gateway front end's speech probability for each 32 ms window (512 samples)
+    # that ended in this unit: echo-cancelled and gated by the call's background, so a
+    # worker that detects speech hears it exactly as the gateway does. None: not given.
+    speech: tuple[float, ...] | None = None
     type: Literal["unit"] = "unit"
+
+    def __post_init__(self) -> None:
+        if self.speech is None:
+            return
+        if not isinstance(self.speech, list | tuple) or not all(
+            isinstance(p, int | float) and 0.0 <= p <= 1.0 for p in self.speech
+        ):
+            raise ProtocolViolation("unit.speech: expected a list of probabilities in [0, 1]")
+        object.__setattr__(self, "speech", tuple(float(p) for p in self.speech))
 
 
 @dataclass(frozen=True, slots=True)

@@ -277,7 +277,7 @@ class DuplexSession:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(deadline_s):
-                outcome = await self.backend.process_unit(audio)
+                outcome = await self.backend.process_unit(audio, unit.speech)
         except TimeoutError:
             await self._send(Error(f"unit {unit.seq} took over {deadline_s:.1f} s", fatal=True))
             return False

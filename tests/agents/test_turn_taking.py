@@ -107,6 +107,11 @@ class Call:
         self.speaking = True
         await self._frames(ms, level_db, SpeechStarted(self.position))
 
+    async def go_on(self, ms: int) -> None:
+        """More of the caller's speech, with no pause since `talk`."""
+        assert self.speaking, "not talking"
+        await self._frames(ms, CALLER_LEVEL_DB, None)
+
     async def pause(self, ms: int) -> None:
         """Silence; if the caller was talking, the VAD's SpeechStopped is in the first frame."""
         if self.speaking:
@@ -346,6 +351,44 @@ async def test_a_short_pause_mid_sentence_keeps_one_turn() -> None:
         await session.bot_said(REPLY_TEXT)
         assert session.caller_turns() == ["I'd like to book a table."]
         assert len(heard) == 2
+
+
+CAPPED = TurnTaking(max_utterance_s=2.0, recheck_s=1.0, hard_max_utterance_s=5.0)
+
+
+async def talk_without_a_pause(session: Call, seconds: float) -> None:
+    """Speech that never pauses (babble the gate could not separate), a second at a time."""
+    await session.talk(1000)
+    for _ in range(int(seconds) - 1):
+        await session.evaluated()
+        await session.go_on(1000)
+
+
+async def test_a_turn_that_never_pauses_is_judged_at_its_cap() -> None:
+    async with call(eot=end_of_turn(0.9), turn_taking=CAPPED) as session:
+        await talk_without_a_pause(session, 2)
+        assert session.caller_turns() == []
+        await session.evaluated()
+        await session.go_on(20)  # the next frame sees the finished evaluation
+        assert "turn_capped" in session.event_names()
+        assert session.caller_turns() == [CALLER_SAYS]
+        await session.bot_said(REPLY_TEXT)
+
+
+async def test_a_capped_turn_that_sounds_unfinished_is_heard_on_until_the_hard_cap() -> None:
+    trailing_off = "and then I went to the shop and"
+    async with call(
+        stt=hearing(trailing_off), eot=end_of_turn(0.01), turn_taking=CAPPED
+    ) as session:
+        await talk_without_a_pause(session, 4)
+        await session.evaluated()
+        await session.go_on(20)
+        assert session.caller_turns() == []  # looked at at 2 s, 3 s, 4 s: not done
+        assert session.event_names().count("turn_capped") == 3
+        await session.go_on(980)
+        await session.evaluated()
+        await session.go_on(20)
+        assert session.caller_turns() == [trailing_off]  # 5 s: answered regardless
 
 
 async def test_an_empty_transcript_gets_no_reply() -> None:

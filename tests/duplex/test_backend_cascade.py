@@ -115,6 +115,21 @@ async def test_listens_while_the_caller_speaks() -> None:
     assert stt.heard == []
 
 
+async def test_the_gateways_speech_windows_decide_not_the_audio() -> None:
+    """Background talk the gateway gated out is loud in the unit, yet not a turn; a
+    caller the gateway heard is a turn even where the cleaned unit audio is quiet."""
+    stt = FakeStt()
+    backend = await prepared(make(stt=stt))
+    for _ in range(3):  # loud audio, the gateway says: background
+        outcome = await backend.process_unit(speech(1.0), [0.0] * 31)
+        assert outcome.action == "listen"
+    assert stt.heard == []
+    outcome = await backend.process_unit(silence(1.0), [0.9] * 31)  # the caller spoke
+    assert outcome.action == "listen"
+    outcome = await backend.process_unit(silence(1.0), [0.0] * 31)  # and paused
+    assert outcome.action == "speak" and stt.heard
+
+
 async def test_silence_alone_wakes_nothing() -> None:
     stt, turn = FakeStt(), FakeTurn()
     backend = await prepared(make(stt=stt, turn=turn))

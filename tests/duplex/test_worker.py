@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import httpx
@@ -47,6 +47,7 @@ class FakeBackend:
     def __init__(self, outcomes: list[UnitOutcome] | None = None) -> None:
         self.outcomes = list(outcomes or [])
         self.calls: list[str] = []
+        self.speech: list[list[float] | None] = []  # the gateway's speech windows per unit
         self.load_gate: asyncio.Event | None = None
         self.finalize_gate: asyncio.Event | None = None
         self.fail_on_unit: int | None = None
@@ -61,8 +62,11 @@ class FakeBackend:
     async def prepare(self, request: Prepare) -> None:
         self.calls.append(f"prepare:{request.system_prompt}")
 
-    async def process_unit(self, audio_16k: np.ndarray) -> UnitOutcome:
+    async def process_unit(
+        self, audio_16k: np.ndarray, speech: Sequence[float] | None = None
+    ) -> UnitOutcome:
         self.calls.append(f"unit:{audio_16k.size}")
+        self.speech.append(None if speech is None else list(speech))
         self._units += 1
         if self.fail_on_unit == self._units:
             raise RuntimeError("the model fell over")
@@ -139,6 +143,22 @@ async def end_session(ws: ClientConnection, address: str) -> None:
     assert isinstance(await recv(ws), Stopped)
     await ws.close()
     await wait_state(address, "idle")
+
+
+async def test_the_gateways_speech_windows_reach_the_backend_with_their_unit() -> None:
+    backend = FakeBackend([])
+    async with serve(backend) as address:
+        await wait_state(address, "idle")
+        ws = await start_session(address)
+        await send(ws, Unit(seq=0, audio=pcm16_bytes(np.zeros(1600)), speech=(0.1, 0.9)))
+        await recv(ws)
+        await send(ws, unit(1))
+        await recv(ws)
+        await send(ws, Stop())
+        await recv(ws)
+        await ws.close()
+
+    assert backend.speech == [[0.1, 0.9], None]
 
 
 async def test_prepare_units_stop_results_in_order() -> None:

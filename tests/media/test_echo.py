@@ -126,7 +126,7 @@ def run_call_front_end(far: np.ndarray, echo_delay_ms: float, *, echo_cancel: bo
     events = []
     for i in range(0, echo.size - 159, 160):
         reference = clock.render(i + lead, i + 160 + lead)
-        out = front.process(mulaw_encode(np.rint(echo[i : i + 160] * 32767)), reference)
+        out = front.process(mulaw_encode(echo[i : i + 160]), reference)
         events += out.events
     front.close()
     return events

@@ -60,7 +60,8 @@ def test_each_vad_window_yields_one_probability():
     front_end = FrontEnd(denoise=False)
     outputs = _run(front_end, bytes([MULAW_SILENCE]) * 160 * 50)
     n_probs = sum(len(out.probs) for out in outputs)
-    assert n_probs == front_end.position // 512
+    # Silero hears the line upsampled to 16 kHz: 16000 samples less the filter's delay.
+    assert 16000 // 512 - 1 <= n_probs <= 16000 // 512
     assert all(p < 0.2 for out in outputs for p in out.probs)
 
 

@@ -29,7 +29,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from twilio.request_validator import RequestValidator
 
 from media.codec import mulaw_decode, mulaw_encode
-from ops.line import LineConditions
+from ops.line import LineConditions, active_rms
 from ops.simulate import CallerTurn, SimulationConfig, SimulationError, main, simulate_call
 from telephony.protocol import Dtmf, Mark, Media, Start, Stop, parse_event
 
@@ -334,6 +334,49 @@ async def test_echo_leaks_the_bot_into_the_microphone_and_the_recording_is_stere
     with wave.open(str(record), "rb") as f:
         assert (f.getnchannels(), f.getframerate()) == (2, 8000)
         assert f.getnframes() == len(report.caller_audio) == len(report.bot_audio)
+
+
+async def test_a_delayed_echo_comes_back_late_by_its_round_trip(
+    fake_twilio_server: Callable[[Scenario], str],
+) -> None:
+    config = SimulationConfig(
+        base_url=fake_twilio_server(Scenario(reply=False)),
+        auth_token=TOKEN,
+        line=LineConditions(echo_db=10, echo_delay_ms=150),
+        hangup_after_ms=200,
+        max_call_s=10,
+    )
+
+    report = await simulate_call(config)
+
+    bot = report.bot_audio.astype(np.float64)
+    mic = report.caller_audio.astype(np.float64)
+    lags = np.arange(0, 400 * 8)
+    scores = [float(np.dot(mic[lag:], bot[: bot.size - lag])) for lag in lags]
+    assert int(lags[int(np.argmax(scores))]) == 150 * 8
+
+
+async def test_background_noise_plays_all_call_long_at_its_snr(
+    fake_twilio_server: Callable[[Scenario], str],
+) -> None:
+    config = SimulationConfig(
+        base_url=fake_twilio_server(Scenario(reply=False)),
+        auth_token=TOKEN,
+        turns=[CallerTurn(text="I would like to book a table for two.", after="start")],
+        line=LineConditions(noise="pink", snr_db=10),
+        hangup_after_ms=1000,
+        max_call_s=10,
+    )
+
+    report = await simulate_call(config)
+
+    start, end = report.turns[0].speech_start_ms, report.turns[0].speech_end_ms
+    mic = report.caller_audio.astype(np.float64)
+    noise_only = mic[round(end * 8) + 800 :]
+    assert noise_only.size > 4000 and _rms(noise_only) > 50, "the background stopped"
+    voice = active_rms(mic[round(start * 8) : round(end * 8)])
+    snr = 20 * np.log10(voice / _rms(noise_only))
+    assert snr == pytest.approx(10, abs=2.0)  # speech plus noise measured over noise
 
 
 async def test_barge_in_timing_and_a_hole_in_the_greeting(

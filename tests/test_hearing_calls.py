@@ -1,0 +1,75 @@
+"""End to end on a bad line: the bot hears the caller, and only the caller.
+
+Real server, real models, the Twilio-protocol simulator as the caller, with the line
+conditions a real caller brings: the bot's own voice echoing back from a speakerphone,
+and other people talking in the room.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.conversation import Speaker
+from ops.line import LineConditions
+from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call
+from tests.conftest import AUTH_TOKEN, Bot
+
+pytestmark = pytest.mark.timeout(240)
+
+SPEAKERPHONE = LineConditions(echo_db=-10, echo_delay_ms=150)
+
+
+async def call(bot: Bot, *turns: CallerTurn, **options: object) -> CallReport:
+    config = SimulationConfig(base_url=bot.url, auth_token=AUTH_TOKEN, turns=list(turns), **options)  # type: ignore[arg-type]
+    report = await simulate_call(config)
+    assert report.protocol_violations == []
+    return report
+
+
+def caller_turns(bot: Bot, report: CallReport) -> list[str]:
+    history = bot.services.calls[report.call_sid].conversation.turns
+    return [t.text for t in history if t.speaker is Speaker.CALLER]
+
+
+async def test_on_a_speakerphone_the_bot_neither_answers_nor_stops_for_its_own_echo(
+    bot: Bot,
+) -> None:
+    report = await call(bot, line=SPEAKERPHONE, hangup_after_ms=6000)
+
+    assert report.clears == [], "the bot's echo cleared the bot"
+    assert caller_turns(bot, report) == [], "the bot heard its own echo as the caller"
+    assert len(report.bot_utterances) == 1, "the bot answered its own echo"
+    greeting = bot.services.calls[report.call_sid].conversation.turns[0]
+    assert not greeting.truncated
+
+
+async def test_on_a_speakerphone_a_real_interruption_still_stops_the_bot(bot: Bot) -> None:
+    report = await call(
+        bot,
+        CallerTurn(
+            text="Sorry to interrupt, but I need to speak to someone about my bill.",
+            after="bot_speaking",
+            delay_ms=1500,
+        ),
+        line=SPEAKERPHONE,
+        hangup_after_ms=3000,
+    )
+
+    assert report.clears, "the caller's interruption did not stop the bot"
+    assert report.clears[0] - report.turns[0].speech_start_ms < 1200
+    assert bot.services.calls[report.call_sid].conversation.turns[0].truncated
+
+
+async def test_under_background_voices_every_question_gets_an_answer(bot: Bot) -> None:
+    report = await call(
+        bot,
+        CallerTurn(text="What time does the pharmacy close today?", after="bot_done"),
+        CallerTurn(text="Where can I park near the station?", after="bot_done"),
+        line=LineConditions(noise="babble", snr_db=15),
+        hangup_after_ms=5000,
+    )
+
+    assert [t.latency_ms is not None for t in report.turns] == [True, True], report.turns
+    assert report.clears == [], "the babble cleared the bot"
+    heard = " ".join(caller_turns(bot, report)).lower()
+    assert "pharmacy" in heard or "station" in heard, heard
