@@ -61,9 +61,9 @@ class FrontEnd:
 
     The 16 kHz clock counts output samples: sample k corresponds to inbound
     8 kHz sample k / 2, so VAD event positions convert exactly to the call clock.
-    Output trails input by the filter delays (~33 ms with denoising and the
-    low-latency resamplers, ~4 ms without denoising; the echo canceller adds none for
-    whole 10 ms frames, and Twilio's 20 ms frames always are).
+    Output trails input by the filter delays: the echo canceller's 11 ms, then ~33 ms
+    with denoising and the low-latency resamplers or ~4 ms without. Speech events come
+    from the line itself, ~4 ms behind it.
     """
 
     sample_rate = OUTPUT_RATE

@@ -320,6 +320,14 @@ def score_call(result: ConditionResult, report: CallReport, record: Path, texts:
             result.self_clears += 1
 
 
+def _closed(record: Path) -> bool:
+    """The call's record is complete: its meta says how the call ended."""
+    try:
+        return bool(json.loads((record / "meta.json").read_text()).get("ended_with"))
+    except (OSError, ValueError):
+        return False
+
+
 async def _hearing_calls(
     url: str, data_dir: Path, conditions: list[LineConditions], per_call: int
 ) -> list[dict[str, object]]:
@@ -343,7 +351,7 @@ async def _hearing_calls(
         # The record is closed off the call's loop: give it a moment to land.
         record = data_dir / "calls" / report.call_sid
         for _ in range(100):
-            if (record / "meta.json").exists():
+            if _closed(record):
                 break
             await asyncio.sleep(0.1)
         score_call(result, report, record, texts)

@@ -20,6 +20,7 @@ from app.main import create_app
 from app.services import Services, load_models
 from app.settings import Settings
 from ops.local_server import ServerThread, free_port
+from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call
 
 AUTH_TOKEN = "test-auth-token-0123456789abcdef"
 GREETING = (
@@ -72,3 +73,19 @@ def start_bot(servers: ServerThread, models: CascadeModels | None, **overrides: 
 def bot(servers: ServerThread, models: CascadeModels) -> Bot:
     """The bot as deployed: signatures enforced, real models."""
     return start_bot(servers, models, twilio_auth_token=AUTH_TOKEN)
+
+
+# A caller who talks over the bot's greeting, 1.5 s into it.
+INTERRUPTION = CallerTurn(
+    text="Sorry to interrupt, but I need to speak to someone about my bill.",
+    after="bot_speaking",
+    delay_ms=1500,
+)
+
+
+async def place_call(bot: Bot, *turns: CallerTurn, **options: Any) -> CallReport:
+    """One simulated Twilio call to `bot`; the server must keep to the protocol."""
+    config = SimulationConfig(base_url=bot.url, auth_token=AUTH_TOKEN, turns=list(turns), **options)
+    report = await simulate_call(config)
+    assert report.protocol_violations == [], "the server broke the Media Streams protocol"
+    return report

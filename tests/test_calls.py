@@ -18,8 +18,16 @@ from agents.cascade.llm import OpenAIChat
 from agents.conversation import Speaker
 from media.resample import resample
 from ops.line import LineConditions
-from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call
-from tests.conftest import AUTH_TOKEN, GREETING, Bot, ServerThread, start_bot
+from ops.simulate import CallerTurn, CallReport
+from tests.conftest import (
+    AUTH_TOKEN,
+    GREETING,
+    INTERRUPTION,
+    Bot,
+    ServerThread,
+    place_call,
+    start_bot,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -33,11 +41,7 @@ def words(text: str) -> set[str]:
     return set(re.findall(r"[a-z']+", text.lower()))
 
 
-async def call(bot: Bot, *turns: CallerTurn, **options: object) -> CallReport:
-    config = SimulationConfig(base_url=bot.url, auth_token=AUTH_TOKEN, turns=list(turns), **options)  # type: ignore[arg-type]
-    report = await simulate_call(config)
-    assert report.protocol_violations == [], "the server broke the Media Streams protocol"
-    return report
+call = place_call
 
 
 def session(bot: Bot, report: CallReport):
@@ -94,15 +98,7 @@ async def test_a_spoken_question_gets_a_spoken_answer_on_topic(
 async def test_a_caller_who_talks_over_the_bot_gets_a_clear_and_a_truthful_history(
     bot: Bot,
 ) -> None:
-    report = await call(
-        bot,
-        CallerTurn(
-            text="Sorry to interrupt, but I need to speak to someone about my bill.",
-            after="bot_speaking",
-            delay_ms=1500,
-        ),
-        hangup_after_ms=3000,
-    )
+    report = await call(bot, INTERRUPTION, hangup_after_ms=3000)
 
     assert report.clears, "no clear was sent when the caller barged in"
     barge_start = report.turns[0].speech_start_ms

@@ -11,19 +11,12 @@ import pytest
 
 from agents.conversation import Speaker
 from ops.line import LineConditions
-from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call
-from tests.conftest import AUTH_TOKEN, Bot
+from ops.simulate import CallerTurn, CallReport
+from tests.conftest import INTERRUPTION, Bot, place_call
 
 pytestmark = pytest.mark.timeout(240)
 
 SPEAKERPHONE = LineConditions(echo_db=-10, echo_delay_ms=150)
-
-
-async def call(bot: Bot, *turns: CallerTurn, **options: object) -> CallReport:
-    config = SimulationConfig(base_url=bot.url, auth_token=AUTH_TOKEN, turns=list(turns), **options)  # type: ignore[arg-type]
-    report = await simulate_call(config)
-    assert report.protocol_violations == []
-    return report
 
 
 def caller_turns(bot: Bot, report: CallReport) -> list[str]:
@@ -34,7 +27,7 @@ def caller_turns(bot: Bot, report: CallReport) -> list[str]:
 async def test_on_a_speakerphone_the_bot_neither_answers_nor_stops_for_its_own_echo(
     bot: Bot,
 ) -> None:
-    report = await call(bot, line=SPEAKERPHONE, hangup_after_ms=6000)
+    report = await place_call(bot, line=SPEAKERPHONE, hangup_after_ms=6000)
 
     assert report.clears == [], "the bot's echo cleared the bot"
     assert caller_turns(bot, report) == [], "the bot heard its own echo as the caller"
@@ -44,16 +37,7 @@ async def test_on_a_speakerphone_the_bot_neither_answers_nor_stops_for_its_own_e
 
 
 async def test_on_a_speakerphone_a_real_interruption_still_stops_the_bot(bot: Bot) -> None:
-    report = await call(
-        bot,
-        CallerTurn(
-            text="Sorry to interrupt, but I need to speak to someone about my bill.",
-            after="bot_speaking",
-            delay_ms=1500,
-        ),
-        line=SPEAKERPHONE,
-        hangup_after_ms=3000,
-    )
+    report = await place_call(bot, INTERRUPTION, line=SPEAKERPHONE, hangup_after_ms=3000)
 
     assert report.clears, "the caller's interruption did not stop the bot"
     assert report.clears[0] - report.turns[0].speech_start_ms < 1200
@@ -61,7 +45,7 @@ async def test_on_a_speakerphone_a_real_interruption_still_stops_the_bot(bot: Bo
 
 
 async def test_under_background_voices_every_question_gets_an_answer(bot: Bot) -> None:
-    report = await call(
+    report = await place_call(
         bot,
         CallerTurn(text="What time does the pharmacy close today?", after="bot_done"),
         CallerTurn(text="Where can I park near the station?", after="bot_done"),

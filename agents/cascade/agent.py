@@ -157,6 +157,7 @@ class CascadeAgent:
         self._position = 0  # 16 kHz samples of front-end output seen
         self._speech_start = 0  # 16 kHz sample where the current speech run began
         self._barge_samples = 0  # samples of it louder than the bot's echo
+        self._over_bot_samples = 0  # samples of it spoken while the bot was audible
         self._candidate: _Candidate | None = None
         self._next_cap_check = 0  # 16 kHz sample at which a capped turn is looked at again
         self._response: asyncio.Task[None] | None = None
@@ -253,6 +254,7 @@ class CascadeAgent:
         self._speaking = True
         self._speech_start = sample
         self._barge_samples = 0
+        self._over_bot_samples = 0
         self._drop_candidate()
         self._emit("vad_start", {"sample": sample})
         if self.playback.audible() or (self._response is not None and self._response_audible):
@@ -304,12 +306,16 @@ class CascadeAgent:
 
     async def _check_barge_in(self, out: FrontEndOutput) -> None:
         speech_ms = (self._position - self._speech_start) * 1000 // RATE
+        loud_ms = self._barge_samples * 1000 // RATE
         if not (self.playback.audible() or self._response is not None):
             # The bot finished while the caller was speaking: once long enough, this is
-            # simply the caller's turn.
-            if speech_ms >= self.cfg.barge_in_min_speech_ms:
+            # simply the caller's turn, if what they said over the bot was loud like a
+            # caller. The tail of the bot's own echo runs on past its end, and is not.
+            over_bot_ms = self._over_bot_samples * 1000 // RATE
+            if speech_ms >= self.cfg.barge_in_min_speech_ms and loud_ms * 3 >= over_bot_ms:
                 self._overlap = False
             return
+        self._over_bot_samples += len(out.audio)
         # The caller's own voice is far louder on their line than what is left of the
         # bot's echo, and than the room behind them; audio that isn't clearly above both
         # does not count towards interrupting.
@@ -317,7 +323,7 @@ class CascadeAgent:
         above_room = out.level_db >= out.noise_floor_db + self.cfg.barge_in_over_floor_db
         if above_echo and above_room:
             self._barge_samples += len(out.audio)
-        loud_ms = self._barge_samples * 1000 // RATE
+            loud_ms = self._barge_samples * 1000 // RATE
         # Voiced speech is loud; pauses and unvoiced sounds inside it are not, so a third
         # of the time above the echo level is enough. Echo alone never gets there.
         if speech_ms >= self.cfg.barge_in_min_speech_ms and loud_ms * 3 >= speech_ms:

@@ -526,6 +526,30 @@ async def test_echo_of_the_bot_never_interrupts_it() -> None:
         assert (session.bot_turns()[0].text, session.bot_turns()[0].truncated) == (GREETING, False)
 
 
+GREETING_MS = len(GREETING.split()) * 100  # one word per 100 ms chunk
+
+
+async def test_the_tail_of_the_bots_echo_past_its_end_is_not_the_callers_turn() -> None:
+    async with call(greeting=GREETING) as session:
+        await greeted(session)
+        await session.pause(GREETING_MS - 600)
+        await session.talk(1400, level_db=BOT_LEVEL_DB - 20)  # from under the bot to past it
+        await session.pause(1500)
+        assert session.caller_turns() == []
+        assert session.line.clears() == 0
+        assert "echo_ignored" in session.event_names()
+
+
+async def test_a_caller_who_starts_as_the_bot_ends_gets_their_turn() -> None:
+    async with call(greeting=GREETING) as session:
+        await greeted(session)
+        await session.pause(GREETING_MS - 300)
+        await session.talk(1200)  # loud like a caller, over the last 300 ms of the bot
+        await session.pause(400)
+        await session.bot_said(REPLY_TEXT)
+        assert session.caller_turns() == [CALLER_SAYS]
+
+
 async def test_an_interrupted_reply_is_not_written_any_further() -> None:
     first_sentence = "Sure, let me check the opening hours for you."
     more = asyncio.Event()
