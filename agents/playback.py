@@ -41,7 +41,10 @@ class Playback:
         self._sink = sink
         self.now = now  # call clock, in 8 kHz samples of caller audio received
         self.clock = PlayoutClock(
-            PHONE_RATE, on_played=on_played, min_latency=PHONE_RATE * min_latency_ms // 1000
+            PHONE_RATE,
+            on_played=on_played,
+            min_latency=PHONE_RATE * min_latency_ms // 1000,
+            learn_latency=min_latency_ms > 0,
         )
         self._emit = on_event or (lambda _name, _data: None)
         self._chunk = PHONE_RATE * chunk_ms // 1000

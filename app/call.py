@@ -97,7 +97,6 @@ class CallSession:
         # Caller audio with the bot audio that played into the caller's room meanwhile.
         self._audio: asyncio.Queue[tuple[bytes, np.ndarray]] = asyncio.Queue()
         self._agent_inputs: asyncio.Queue[FrontEndOutput | Digits | object] = asyncio.Queue()
-        self._reference_lead = 8000 * REFERENCE_LEAD_MS // 1000
         self.outcome = "hangup"
         self.counts = {"barge_in": 0, "backend_error": 0, "protocol_error": 0}
         self.agent_used = "cascade"
@@ -215,7 +214,9 @@ class CallSession:
         Read here, on the event loop, because the playout clock changes on it; the
         front end's thread only gets the copy.
         """
-        end = self.inbound.position + self._reference_lead
+        # As far ahead as the schedule starts new audio: an utterance's first samples
+        # are in the reference before they can play, let alone echo.
+        end = self.inbound.position + self.playback.clock.min_latency
         return self.playback.clock.render(end - samples, end)
 
     async def _frontend_loop(self) -> None:

@@ -15,9 +15,10 @@ converges slowly. AEC3 estimates the echo delay itself (it cancels anything from
 40 to 500 ms behind the reference) and re-estimates it when it changes mid-call.
 
 The reference is the far end: the bot audio the `PlayoutClock` says Twilio played at
-each moment of the call clock, read `REFERENCE_LEAD_MS` ahead (see FrontEnd). AEC3 needs
-the reference to lead the echo: a delay near zero cancels poorly, and a reference that
-runs behind the echo cannot be cancelled at all.
+each moment of the call clock, read as far ahead as the schedule starts new audio
+(`REFERENCE_LEAD_MS` until the call's first mark echoes tell the real figure; see
+app/call.py). AEC3 needs the reference to lead the echo: a delay near zero cancels
+poorly, and a reference that runs behind the echo cannot be cancelled at all.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ import numpy as np
 __all__ = ["AEC_DELAY_SAMPLES", "ECHO_RATE", "REFERENCE_LEAD_MS", "EchoCanceller"]
 
 ECHO_RATE = 8000  # the phone line's rate: cancel before anything is resampled
-# How far ahead of the playout schedule the reference is read (and how late the schedule
-# starts audio just sent): AEC3 cancels well from ~40 ms of echo delay up, so a schedule
-# that runs up to ~20 ms late against the real playout is still cancelled, and the longest
-# real echo path (400 ms) plus this stays inside AEC3's ~500 ms reach.
+# How late the schedule starts audio just sent, until the call's mark echoes have measured
+# it, and so how far ahead of the playout schedule the reference is read. AEC3 cancels
+# well from ~40 ms of echo delay up; the longest real echo path (400 ms) plus this stays
+# inside AEC3's ~500 ms reach.
 REFERENCE_LEAD_MS = 60
 _FRAME = ECHO_RATE // 100  # AEC3 takes exactly 10 ms per call
 # The module's capture path lags its input by 88 samples at 8 kHz (its internal split

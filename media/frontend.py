@@ -70,7 +70,7 @@ class FrontEnd:
 
     def __init__(
         self,
-        denoise: bool = True,
+        denoise: bool = False,
         vad_start: float = 0.5,
         vad_stop: float = 0.35,
         min_speech_ms: int = 60,
@@ -128,19 +128,22 @@ class FrontEnd:
         played into the caller's room at those moments (silence when None).
         """
         line = pcm16_to_float(mulaw_decode(mulaw))
-        raw = content = line
+        cancelled = content = line
         if self._echo is not None:
             far = reference if reference is not None else np.zeros(line.size, np.float32)
-            raw = self._echo.process(line, far)
+            cancelled = self._echo.process(line, far)
             self._bot_levels.append(level_dbfs(far))
+        bot_level = max(self._bot_levels)
+        bot_echoing = bot_level > _BOT_SILENT_DB
+        if self._echo is not None:
             # The line, sample for sample with the canceller's output.
             pending = np.concatenate((self._line_unmatched, line))
-            aligned, self._line_unmatched = pending[: raw.size], pending[raw.size :]
+            aligned, self._line_unmatched = pending[: cancelled.size], pending[cancelled.size :]
             # Whisper hears the cancelled line only while the bot's echo may be in it:
             # with nothing to cancel, the canceller's processing still costs words
             # (measured with `offhook bench stt`), so the line goes through untouched.
-            content = raw if max(self._bot_levels) > _BOT_SILENT_DB else aligned
-        self._cancelled_levels.add(raw)
+            content = cancelled if bot_echoing else aligned
+        self._cancelled_levels.add(cancelled)
         audio = self._clean(content)
         start = self._position
         self._position += audio.size
@@ -151,8 +154,7 @@ class FrontEnd:
         levels = [
             self._cancelled_levels.level(first_end + i * window, window) for i in range(len(probs))
         ]
-        bot_level = max(self._bot_levels)
-        residue = bot_level - _ECHO_RESIDUE_DB if bot_level > _BOT_SILENT_DB else None
+        residue = bot_level - _ECHO_RESIDUE_DB if bot_echoing else None
         probs = self._gate.apply(probs, levels, echo_residue_db=residue)
         events: list[VadEvent] = []
         for i, prob in enumerate(probs):
@@ -165,7 +167,7 @@ class FrontEnd:
             events=events,
             probs=probs,
             speaking=self._activity.speaking,
-            level_db=level_dbfs(raw),
+            level_db=level_dbfs(cancelled),
             noise_floor_db=self._gate.level_db,
         )
 

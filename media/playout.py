@@ -36,6 +36,7 @@ class ChunkRecord:
     expected_start: int
     expected_end: int
     pcm: np.ndarray | None = field(default=None, repr=False)  # float32, only while needed
+    fresh: bool = False  # sent to an idle line: its echo tells how long playing takes
 
 
 @dataclass(frozen=True)
@@ -88,13 +89,19 @@ class PlayoutClock:
         history_samples: int | None = None,
         on_played: Callable[[int, np.ndarray], None] | None = None,
         min_latency: int = 0,
+        learn_latency: bool = False,
     ) -> None:
         self.sample_rate = sample_rate
         # Audio sent now cannot play before it has crossed the network to Twilio: the
         # schedule starts it no earlier than this many samples after it was sent. The
         # echo canceller reads the schedule this far ahead, so it knows an utterance's
-        # first samples before they can come back as echo.
+        # first samples before they can come back as echo. With `learn_latency`, the
+        # mark echo of each utterance's first chunk corrects it, so the schedule does
+        # not jump when the echo re-anchors it (a jump the echo canceller would have to
+        # find again, leaking echo meanwhile).
         self.min_latency = min_latency
+        self._learn_latency = learn_latency
+        self._latency_bounds = (sample_rate // 50, sample_rate // 4)  # 20-250 ms
         # Told (start sample, float32 pcm) for every piece of audio the caller heard, in
         # order: the call's record of the bot's side.
         self._on_played = on_played
@@ -137,6 +144,7 @@ class PlayoutClock:
                 else arr.astype(np.float32)
             )
         start = max(now + self.min_latency, self._tail)
+        fresh = start == now + self.min_latency and not self._pending
         self._pending[name] = ChunkRecord(
             name=name,
             turn_id=turn_id,
@@ -146,6 +154,7 @@ class PlayoutClock:
             expected_start=start,
             expected_end=start + samples,
             pcm=audio,
+            fresh=fresh,
         )
         self._tail = start + samples
         self._heard.setdefault(turn_id, "")
@@ -171,6 +180,8 @@ class PlayoutClock:
         for chunk in done:
             self._record_played(chunk, chunk.samples)
             self._remember_audio(chunk, chunk.samples)
+            if chunk.fresh and self._learn_latency:
+                self._learn(chunk.expected_start - chunk.sent_at)
         cursor = now
         for chunk in self._pending.values():
             chunk.expected_start = cursor
@@ -178,6 +189,11 @@ class PlayoutClock:
             cursor = chunk.expected_end
         self._tail = cursor
         return done[-1]
+
+    def _learn(self, observed: int) -> None:
+        """Move the start-up latency halfway to what the line just showed."""
+        lo, hi = self._latency_bounds
+        self.min_latency = min(hi, max(lo, (self.min_latency + observed) // 2))
 
     def cleared(self, now: int) -> list[Heard]:
         """The server sent `clear` at `now`: drop pending audio, estimate what was heard."""

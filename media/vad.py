@@ -40,8 +40,6 @@ class SileroVad:
         self._buffer_view = np.ctypeslib.as_array(self._buffer)
         self._pending = np.zeros(0, dtype=np.float32)
         self._windows_done = 0
-        # RMS dBFS of each window scored by the last process() call, for level gating.
-        self.levels: list[float] = []
 
     @property
     def window_samples(self) -> int:
@@ -59,13 +57,9 @@ class SileroVad:
             data = np.concatenate((self._pending, data))
         n = data.size // self._window
         probs: list[float] = []
-        levels: list[float] = []
         for i in range(n):
-            window = data[i * self._window : (i + 1) * self._window]
-            self._buffer_view[:] = window
+            self._buffer_view[:] = data[i * self._window : (i + 1) * self._window]
             probs.append(float(self._vad.process(self._buffer)))
-            levels.append(_level_db(window))
-        self.levels = levels
         self._pending = data[n * self._window :].copy()
         self._windows_done += n
         return probs
@@ -75,11 +69,6 @@ class SileroVad:
         self._vad.reset()
         self._pending = np.zeros(0, dtype=np.float32)
         self._windows_done = 0
-
-
-def _level_db(window: np.ndarray) -> float:
-    mean_square = float(np.dot(window, window)) / max(1, window.size)
-    return 10.0 * float(np.log10(mean_square)) if mean_square > 1e-12 else -120.0
 
 
 class NoiseFloor:
@@ -113,7 +102,9 @@ class SpeechGate:
     talk it never sees the caller stop. A window is the caller only while the line's
     level (the loudest of the last `hold` windows, so the dips between syllables do not
     split a word) is `margin_db` above the call's noise floor; the caller's words end
-    where their voice drops back into the background. `margin_db=0`: no gate.
+    where their voice drops back into the background. `margin_db=0`: no background gate.
+    While the bot's echo may be coming back, a window must also be louder than what
+    the echo canceller can leave of it (`echo_residue_db`).
 
     The floor is measured on the echo-cancelled line. While the bot talks, the
     canceller's suppressor also pushes the background down, by 20 dB and more until
@@ -144,17 +135,16 @@ class SpeechGate:
         for prob, level in zip(probs, levels, strict=True):
             if echo_residue_db is not None:
                 floor = max(self.floor.level_db, self.floor_under_bot.update(level))
-                threshold = max(floor + self.margin_db, echo_residue_db)
                 hold = self._hold_under_bot
             else:
                 floor = self.floor.update(level)
-                threshold = floor + self.margin_db
                 hold = self._hold
             self.level_db = floor
             self._recent.append(level)
             loudest = max(list(self._recent)[-hold:])
-            quiet = self.margin_db > 0 and loudest < threshold
-            gated.append(0.0 if quiet else prob)
+            background = self.margin_db > 0 and loudest < floor + self.margin_db
+            echo = echo_residue_db is not None and loudest < echo_residue_db
+            gated.append(0.0 if background or echo else prob)
         return gated
 
 

@@ -144,3 +144,19 @@ def test_with_the_schedule_early_or_late_the_echo_never_sounds_like_speech(
 def test_without_cancellation_the_same_echo_is_heard_as_speech(far: np.ndarray) -> None:
     events = run_call_front_end(far, 150, echo_cancel=False)
     assert any(isinstance(e, SpeechStarted) for e in events)
+
+
+def test_with_the_bot_silent_whisper_hears_the_line_untouched(far: np.ndarray) -> None:
+    """Nothing to cancel: the front end passes the line itself (11 ms later), not the
+    canceller's processed version, which costs Whisper words on noisy lines."""
+    voice = far[: 2 * RATE]
+    frames = [mulaw_encode(voice[i : i + 160]) for i in range(0, voice.size - 159, 160)]
+    outputs = []
+    for echo_cancel in (True, False):
+        front = FrontEnd(echo_cancel=echo_cancel)
+        outputs.append(np.concatenate([front.process(f).audio for f in frames]))
+        front.close()
+    with_aec, without = outputs
+    # The same samples on the same clock; with the canceller they arrive 11 ms later.
+    assert without.size - with_aec.size == 2 * AEC_DELAY_SAMPLES
+    np.testing.assert_allclose(with_aec, without[: with_aec.size], atol=1e-6)

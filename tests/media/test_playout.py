@@ -163,3 +163,37 @@ def test_reusing_a_pending_mark_name_is_an_error():
     clock.sent("a", 160, "x", 1, now=0)
     with pytest.raises(ValueError):
         clock.sent("a", 160, "y", 1, now=0)
+
+
+def test_audio_sent_to_an_idle_line_starts_after_the_network_latency():
+    clock = PlayoutClock(min_latency=480)
+    name = _send(clock, 800, "hello", now=1000)
+    assert clock.pending_samples(1000) == 800
+    assert not clock.render(1000, 1480).any()  # nothing plays yet
+    assert clock.echoed(name, 2280) is not None  # 1480 + 800
+
+
+def test_the_first_chunks_echo_teaches_the_clock_the_real_latency():
+    clock = PlayoutClock(min_latency=480, learn_latency=True)
+    first = _send(clock, 800, "hello", now=0)
+    _send(clock, 800, "there", now=0)  # queued behind: says nothing about latency
+    clock.echoed(first, 80 + 800)  # it really started 80 samples after it was sent
+    assert clock.min_latency == (480 + 80) // 2
+    # An utterance sent later starts where the line now says it will.
+    clock.echoed(clock.new_mark_name(), 5000)  # unknown names change nothing
+    assert clock.min_latency == 280
+
+
+def test_the_learnt_latency_stays_within_bounds():
+    clock = PlayoutClock(min_latency=480, learn_latency=True)
+    for t in range(10):
+        name = _send(clock, 80, "x", now=t * 10_000)
+        clock.echoed(name, t * 10_000 + 80)  # played at once: zero latency
+    assert clock.min_latency == 8000 // 50  # 20 ms, the floor
+
+
+def test_render_puts_the_schedule_on_the_call_clock():
+    clock = PlayoutClock()
+    clock.sent("m1", 4, "a", 1, now=10, pcm=np.array([1, 2, 3, 4], np.int16))
+    out = clock.render(8, 16)
+    np.testing.assert_allclose(out * 32768, [0, 0, 1, 2, 3, 4, 0, 0])

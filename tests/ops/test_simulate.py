@@ -438,6 +438,22 @@ def test_cli_reports_a_call_and_exits_0(
     assert "marks echoed: 5" in capsys.readouterr().out
 
 
+def test_cli_line_conditions_reach_the_call(
+    fake_twilio_server: Callable[[Scenario], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    base_url = fake_twilio_server(Scenario(reply=False))
+    line = ["--noise", "babble", "--snr-db", "10", "--echo-db", "10", "--echo-delay-ms", "150"]
+
+    code = main(["--url", base_url, "--auth-token", TOKEN, "--hangup-after-ms", "200", *line])
+
+    assert code == 0
+
+
+def test_cli_rejects_an_unknown_noise() -> None:
+    with pytest.raises(SystemExit):
+        main(["--noise", "traffic"])
+
+
 def test_cli_exits_1_on_a_protocol_violation(
     fake_twilio_server: Callable[[Scenario], str], capsys: pytest.CaptureFixture[str]
 ) -> None:
