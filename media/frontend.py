@@ -31,6 +31,8 @@ _SILENCE_DB = -120.0
 _ECHO_RESIDUE_DB = 30.0
 _ECHO_TAIL_FRAMES = 30  # 600 ms: the longest echo path (400 ms) plus the reference lead
 _BOT_SILENT_DB = -60.0  # a reference quieter than this plays nothing that could echo
+# AEC3 finds a new echo path within about 1.5 s of the bot talking (tests/media/test_echo.py).
+_ECHO_TRAINING_SAMPLES = 2 * INPUT_RATE
 
 
 def level_dbfs(samples: np.ndarray) -> float:
@@ -54,6 +56,9 @@ class FrontEndOutput:
     # barge-in gate compares with the bot's (a second line of defence against echo).
     level_db: float = _SILENCE_DB
     noise_floor_db: float = _SILENCE_DB  # the background the speech gate measures against
+    # The echo canceller has heard enough of the bot to have found the echo path (or
+    # there is none to find): before, some echo gets through and looks like a caller.
+    echo_settled: bool = True
 
 
 class FrontEnd:
@@ -102,6 +107,7 @@ class FrontEnd:
         # The bot's level over the last 600 ms, per batch: its echo may still be arriving.
         self._bot_levels: deque[float] = deque([_SILENCE_DB], maxlen=_ECHO_TAIL_FRAMES)
         self._line_unmatched = np.zeros(0, dtype=np.float32)
+        self._echo_training = 0  # samples of bot audio the canceller has worked against
         self._activity = VoiceActivity(
             self._vad.window_samples,
             OUTPUT_RATE,
@@ -133,6 +139,8 @@ class FrontEnd:
             far = reference if reference is not None else np.zeros(line.size, np.float32)
             cancelled = self._echo.process(line, far)
             self._bot_levels.append(level_dbfs(far))
+            if self._bot_levels[-1] > _BOT_SILENT_DB:
+                self._echo_training += far.size
         bot_level = max(self._bot_levels)
         bot_echoing = bot_level > _BOT_SILENT_DB
         if self._echo is not None:
@@ -169,6 +177,7 @@ class FrontEnd:
             speaking=self._activity.speaking,
             level_db=level_dbfs(cancelled),
             noise_floor_db=self._gate.level_db,
+            echo_settled=self._echo is None or self._echo_training >= _ECHO_TRAINING_SAMPLES,
         )
 
     def close(self) -> None:

@@ -307,12 +307,16 @@ class CascadeAgent:
     async def _check_barge_in(self, out: FrontEndOutput) -> None:
         speech_ms = (self._position - self._speech_start) * 1000 // RATE
         loud_ms = self._barge_samples * 1000 // RATE
+        # Until the echo canceller has found the echo path (the first 2 s of the bot
+        # talking on a call), some of the bot's echo gets through: only a longer
+        # interruption is surely the caller.
+        min_ms = self.cfg.barge_in_min_speech_ms * (1 if out.echo_settled else 2)
         if not (self.playback.audible() or self._response is not None):
             # The bot finished while the caller was speaking: once long enough, this is
             # simply the caller's turn, if what they said over the bot was loud like a
             # caller. The tail of the bot's own echo runs on past its end, and is not.
             over_bot_ms = self._over_bot_samples * 1000 // RATE
-            if speech_ms >= self.cfg.barge_in_min_speech_ms and loud_ms * 3 >= over_bot_ms:
+            if speech_ms >= min_ms and loud_ms * 3 >= over_bot_ms:
                 self._overlap = False
             return
         self._over_bot_samples += len(out.audio)
@@ -326,7 +330,7 @@ class CascadeAgent:
             loud_ms = self._barge_samples * 1000 // RATE
         # Voiced speech is loud; pauses and unvoiced sounds inside it are not, so a third
         # of the time above the echo level is enough. Echo alone never gets there.
-        if speech_ms >= self.cfg.barge_in_min_speech_ms and loud_ms * 3 >= speech_ms:
+        if speech_ms >= min_ms and loud_ms * 3 >= speech_ms:
             await self._barge_in()
 
     async def _barge_in(self) -> None:

@@ -96,6 +96,7 @@ class Call:
         )
         self.position = 0  # 16 kHz samples of caller audio fed so far
         self.speaking = False
+        self.echo_settled = True  # what the front end says of its echo canceller
         self._inputs: asyncio.Queue[FrontEndOutput | Digits | None] = asyncio.Queue()
         self._run: asyncio.Task[None] | None = None
 
@@ -135,6 +136,7 @@ class Call:
                 start_sample=self.position,
                 events=[event] if event is not None and n == 0 else [],
                 level_db=level_db,
+                echo_settled=self.echo_settled,
             )
             self.position += FRAME
             self.line.clock.samples = self.position * PHONE_RATE // RATE
@@ -513,6 +515,16 @@ async def test_the_caller_who_interrupted_is_answered_with_the_truncated_history
                 {"role": "user", "content": CALLER_SAYS},
             ]
         ]
+
+
+async def test_before_the_echo_canceller_has_settled_an_interruption_must_be_longer() -> None:
+    async with call(greeting=GREETING) as session:
+        session.echo_settled = False  # the first seconds of the bot talking on a call
+        await greeted(session)
+        await session.talk(1000)
+        assert session.line.clears() == 0  # could still be echo the canceller let by
+        await session.go_on(200)
+        assert session.line.clears() == 1
 
 
 async def test_echo_of_the_bot_never_interrupts_it() -> None:

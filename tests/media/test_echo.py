@@ -160,3 +160,16 @@ def test_with_the_bot_silent_whisper_hears_the_line_untouched(far: np.ndarray) -
     # The same samples on the same clock; with the canceller they arrive 11 ms later.
     assert without.size - with_aec.size == 2 * AEC_DELAY_SAMPLES
     np.testing.assert_allclose(with_aec, without[: with_aec.size], atol=1e-6)
+
+
+def test_the_canceller_counts_as_settled_after_two_seconds_of_the_bot(far: np.ndarray) -> None:
+    front = FrontEnd()
+    silence = mulaw_encode(np.zeros(160, np.float32))
+    settled = [
+        front.process(silence, far[i : i + 160]).echo_settled for i in range(0, 3 * RATE, 160)
+    ]
+    front.close()
+    first_settled = settled.index(True)
+    assert not any(settled[:first_settled]) and all(settled[first_settled:])
+    assert 2.0 <= first_settled * 0.02 <= 3.0  # 2 s of the bot talking, not its pauses
+    assert FrontEnd(echo_cancel=False).process(silence).echo_settled
