@@ -134,10 +134,10 @@ class Settings:
     )
     stt_model: str = _env_field(
         "STT_MODEL",
-        "base",
-        "Whisper model: 'base' (bundled; WER 9 % over the benchmark's line conditions), "
-        "'tiny.en' (bundled; 16 %, ~100 ms faster per turn) or a path to a CTranslate2 "
-        "model folder.",
+        "tiny.en",
+        "Whisper model: 'tiny.en' (bundled, fastest; WER 16 % over `offhook bench stt`'s "
+        "line conditions), 'base' (bundled; 9 %, ~100 ms slower per turn: the choice for "
+        "noisy callers) or a path to a CTranslate2 model folder.",
     )
     stt_language: str = _env_field("STT_LANGUAGE", "en", "Language spoken by callers.")
     model_threads: int = _env_field(

@@ -17,7 +17,7 @@ from media.codec import mulaw_decode, pcm16_to_float
 from media.denoise import Denoiser
 from media.echo import EchoCanceller
 from media.resample import Resampler, make_stream_resampler
-from media.vad import SileroVad, SpeechGate, VadEvent, VoiceActivity
+from media.vad import NoiseFloor, SileroVad, SpeechGate, VadEvent, VoiceActivity
 
 __all__ = ["FrontEnd", "FrontEndOutput", "level_dbfs"]
 
@@ -31,6 +31,8 @@ _SILENCE_DB = -120.0
 _ECHO_RESIDUE_DB = 30.0
 _ECHO_TAIL_FRAMES = 30  # 600 ms: the longest echo path (400 ms) plus the reference lead
 _BOT_SILENT_DB = -60.0  # a reference quieter than this plays nothing that could echo
+_NO_ECHO_DB = -45.0  # a line coupled to the bot less than this has no echo worth cancelling
+_COUPLING_BATCHES = 50  # 1 s of the bot playing before its coupling is trusted
 # AEC3 finds a new echo path within about 1.5 s of the bot talking (tests/media/test_echo.py).
 _ECHO_TRAINING_SAMPLES = 2 * INPUT_RATE
 
@@ -108,6 +110,12 @@ class FrontEnd:
         self._bot_levels: deque[float] = deque([_SILENCE_DB], maxlen=_ECHO_TAIL_FRAMES)
         self._line_unmatched = np.zeros(0, dtype=np.float32)
         self._echo_training = 0  # samples of bot audio the canceller has worked against
+        # How loud the line gets against the bot while it plays (its loud end, over the
+        # bot's first second on the call): the echo path's coupling. Until measured, the
+        # line is taken for a speakerphone.
+        self._coupling = NoiseFloor(windows=_COUPLING_BATCHES, percentile=90.0)
+        self._coupling_batches = 0
+        self._echo_path: bool | None = None
         self._activity = VoiceActivity(
             self._vad.window_samples,
             OUTPUT_RATE,
@@ -143,10 +151,23 @@ class FrontEnd:
                 self._echo_training += far.size
         bot_level = max(self._bot_levels)
         bot_echoing = bot_level > _BOT_SILENT_DB
+        if bot_echoing and self._echo_path is None:
+            self._coupling.update(level_dbfs(line) - bot_level)
+            self._coupling_batches += 1
+            if self._coupling_batches >= _COUPLING_BATCHES:
+                # Decided once: a caller talking over the bot later must not look like one.
+                self._echo_path = self._coupling.level_db > _NO_ECHO_DB
+        # Is there an echo to cancel at all? A handset with no echo path couples ~-100 dB
+        # to the bot. Without one, AEC3 still holds the caller down 30-70 dB while the
+        # bot talks, for seconds: its output would only chop the caller. Then the line
+        # itself is what is heard and measured, as if there were no canceller.
+        echo_path = self._echo is not None and self._echo_path is not False
         if self._echo is not None:
             # The line, sample for sample with the canceller's output.
             pending = np.concatenate((self._line_unmatched, line))
             aligned, self._line_unmatched = pending[: cancelled.size], pending[cancelled.size :]
+            if not echo_path:
+                cancelled = aligned
             # Whisper hears the cancelled line only while the bot's echo may be in it:
             # with nothing to cancel, the canceller's processing still costs words
             # (measured with `offhook bench stt`), so the line goes through untouched.
@@ -162,7 +183,7 @@ class FrontEnd:
         levels = [
             self._cancelled_levels.level(first_end + i * window, window) for i in range(len(probs))
         ]
-        residue = bot_level - _ECHO_RESIDUE_DB if bot_echoing else None
+        residue = bot_level - _ECHO_RESIDUE_DB if bot_echoing and echo_path else None
         probs = self._gate.apply(probs, levels, echo_residue_db=residue)
         events: list[VadEvent] = []
         for i, prob in enumerate(probs):
@@ -177,7 +198,7 @@ class FrontEnd:
             speaking=self._activity.speaking,
             level_db=level_dbfs(cancelled),
             noise_floor_db=self._gate.level_db,
-            echo_settled=self._echo is None or self._echo_training >= _ECHO_TRAINING_SAMPLES,
+            echo_settled=not echo_path or self._echo_training >= _ECHO_TRAINING_SAMPLES,
         )
 
     def close(self) -> None:

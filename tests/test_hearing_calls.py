@@ -40,7 +40,9 @@ async def test_on_a_speakerphone_a_real_interruption_still_stops_the_bot(bot: Bo
     report = await place_call(bot, INTERRUPTION, line=SPEAKERPHONE, hangup_after_ms=3000)
 
     assert report.clears, "the caller's interruption did not stop the bot"
-    assert report.clears[0] - report.turns[0].speech_start_ms < 1200
+    # 1.5 s into the call the canceller is still finding the echo path, and until it
+    # has (2 s of the bot), an interruption must be twice as long to be surely the caller.
+    assert report.clears[0] - report.turns[0].speech_start_ms < 1600
     assert bot.services.calls[report.call_sid].conversation.turns[0].truncated
 
 

@@ -160,7 +160,7 @@ def test_describe_lists_every_variable_with_its_meaning() -> None:
 def test_describe_shows_current_values() -> None:
     rows = {variable: value for variable, value, _ in Settings.describe(Settings(port=9090))}
     assert rows["PORT"] == "9090"
-    assert rows["DENOISE"] == "True"
+    assert rows["DENOISE"] == "False"
 
 
 def test_describe_masks_secrets() -> None:
