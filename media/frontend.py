@@ -32,7 +32,7 @@ _ECHO_RESIDUE_DB = 30.0
 _ECHO_TAIL_FRAMES = 30  # 600 ms: the longest echo path (400 ms) plus the reference lead
 _BOT_SILENT_DB = -60.0  # a reference quieter than this plays nothing that could echo
 _NO_ECHO_DB = -45.0  # a line coupled to the bot less than this has no echo worth cancelling
-_COUPLING_BATCHES = 50  # 1 s of the bot playing before its coupling is trusted
+_COUPLING_SAMPLES = INPUT_RATE  # 1 s of the bot playing before its coupling is trusted
 # AEC3 finds a new echo path within about 1.5 s of the bot talking (tests/media/test_echo.py).
 _ECHO_TRAINING_SAMPLES = 2 * INPUT_RATE
 
@@ -113,8 +113,8 @@ class FrontEnd:
         # How loud the line gets against the bot while it plays (its loud end, over the
         # bot's first second on the call): the echo path's coupling. Until measured, the
         # line is taken for a speakerphone.
-        self._coupling = NoiseFloor(windows=_COUPLING_BATCHES, percentile=90.0)
-        self._coupling_batches = 0
+        self._coupling = NoiseFloor(windows=_COUPLING_SAMPLES // 160, percentile=90.0)
+        self._coupling_samples = 0
         self._echo_path: bool | None = None
         self._activity = VoiceActivity(
             self._vad.window_samples,
@@ -152,9 +152,11 @@ class FrontEnd:
         bot_level = max(self._bot_levels)
         bot_echoing = bot_level > _BOT_SILENT_DB
         if bot_echoing and self._echo_path is None:
-            self._coupling.update(level_dbfs(line) - bot_level)
-            self._coupling_batches += 1
-            if self._coupling_batches >= _COUPLING_BATCHES:
+            # Per 20 ms frame: a late thread hop hands over several at once.
+            for i in range(0, line.size - 159, 160):
+                self._coupling.update(level_dbfs(line[i : i + 160]) - bot_level)
+            self._coupling_samples += line.size
+            if self._coupling_samples >= _COUPLING_SAMPLES:
                 # Decided once: a caller talking over the bot later must not look like one.
                 self._echo_path = self._coupling.level_db > _NO_ECHO_DB
         # Is there an echo to cancel at all? A handset with no echo path couples ~-100 dB
