@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from agents.cascade.agent import CascadeAgent, CascadeModels, Digits, TurnTaking
+from agents.cascade.agent import CascadeAgent, CascadeModels, TurnTaking
 from agents.conversation import Conversation
 from agents.duplex.gateway import CallInputs, DuplexAgent
 from agents.duplex.pool import Lease, NoWorker, QueueFull, WorkerPool
+from agents.inputs import Digits
 from agents.playback import Playback
 from agents.tasks import cancel_and_wait
 from media.codec import float_to_pcm16, mulaw_decode

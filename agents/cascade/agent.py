@@ -26,6 +26,7 @@ from agents.cascade.stt import SpeechToText, Transcript
 from agents.cascade.tts import TextToSpeech
 from agents.conversation import Conversation, Turn
 from agents.errors import BackendError, LanguageModelError
+from agents.inputs import Digits
 from agents.playback import PHONE_RATE, Playback
 from agents.tasks import cancel_and_wait
 from media.frontend import FrontEndOutput
@@ -87,11 +88,6 @@ RESUME_NOTE = (
     "Your last reply was cut off by a technical fault. Finish it from where it stopped, "
     "briefly, without repeating what you already said."
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Digits:
-    digits: str
 
 
 @dataclass(slots=True)

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from agents.cascade.agent import CarryOn, CascadeAgent, Digits
+from agents.cascade.agent import CarryOn, CascadeAgent
 from agents.conversation import Conversation, Speaker, Turn
 from agents.duplex.client import WorkerDied, WorkerError, WorkerSession, WorkerStalled
 from agents.duplex.handover import UnansweredInput
 from agents.duplex.protocol import Prepare, Result, pcm16_array
+from agents.inputs import Digits
 from agents.playback import Playback
 from media.frontend import FrontEndOutput
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import replace
 
-from agents.cascade.agent import Digits
+from agents.inputs import Digits
 from media.frontend import FrontEndOutput
 from media.vad import SpeechStarted
 

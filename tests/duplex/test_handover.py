@@ -6,9 +6,9 @@ import asyncio
 
 import numpy as np
 
-from agents.cascade.agent import Digits
 from agents.duplex.gateway import CallInputs
 from agents.duplex.handover import UnansweredInput
+from agents.inputs import Digits
 from media.frontend import FrontEndOutput
 from media.vad import SpeechStarted, SpeechStopped
 
