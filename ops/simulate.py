@@ -108,6 +108,11 @@ class CallerTurn:
 
     The turn starts `delay_ms` after its `after` condition (see After); with
     "bot_done" the start is at least the 700 ms it takes to notice the bot stopped.
+
+    `queued_min_ms` / `queued_max_ms` hold the turn back further, until Twilio's playout
+    buffer holds at least / at most that much unplayed bot audio (what Twilio knows is
+    still to come): a backchannel over a reply that surely goes on, or an interruption
+    near a reply's end with a known amount left. Out of patience, the caller speaks anyway.
     """
 
     text: str | None = None
@@ -116,6 +121,8 @@ class CallerTurn:
     after: str = After.BOT_DONE
     delay_ms: int = 600
     dtmf: str | None = None
+    queued_min_ms: int | None = None
+    queued_max_ms: int | None = None
 
     def __post_init__(self) -> None:
         sources = ("text", "wav", "audio", "dtmf")
@@ -129,6 +136,11 @@ class CallerTurn:
             raise ValueError(f"expected delay_ms >= 0, got {self.delay_ms}")
         if self.dtmf is not None and (not self.dtmf or set(self.dtmf) - DTMF_DIGITS):
             raise ValueError(f"expected DTMF digits from 0-9 * # A-D, got {self.dtmf!r}")
+        low, high = self.queued_min_ms, self.queued_max_ms
+        if (low is not None and low < 0) or (high is not None and high < 0):
+            raise ValueError(f"expected queued_min_ms/queued_max_ms >= 0, got {low}/{high}")
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"expected queued_min_ms <= queued_max_ms, got {low} > {high}")
 
     @property
     def label(self) -> str:
@@ -191,6 +203,9 @@ class TurnResult:
     # Mouth to mouth at the caller's ear: bot_reply_start_ms - speech_end_ms. Negative
     # means the bot began talking before the caller had finished.
     latency_ms: float | None
+    # Unplayed bot audio in Twilio's buffer as the turn's first sample was sent: bot
+    # audio the caller would still hear if nobody cleared it (None: not recorded).
+    bot_queued_ms: float | None = None
 
 
 @dataclass
@@ -448,7 +463,8 @@ class CallerScript:
         self._digits = [(at, digit) for at, digit in self._digits if at > now]
         return due
 
-    def advance(self, now: int, ear: BotEar) -> None:
+    def advance(self, now: int, ear: BotEar, queued: int = 0) -> None:
+        """Move the script on to `now`; `queued`: unplayed samples in Twilio's buffer."""
         while self._phase is not _Phase.DONE:
             if self._phase is _Phase.ACTIVE:
                 if self._end > now or self._digits:
@@ -459,7 +475,10 @@ class CallerScript:
                 self._index += 1
                 self._phase = _Phase.WAITING if self._index < len(self._turns) else _Phase.DONE
                 continue
-            at = self._trigger(self._turns[self._index].turn, now, ear)
+            turn = self._turns[self._index].turn
+            at = self._trigger(turn, now, ear)
+            if at is not None and _gated(turn) and not self._queue_allows(turn, at, now, queued):
+                at = now if now - self._armed_at >= self._patience else None
             if at is None:
                 return
             self._schedule(max(at, now))
@@ -474,6 +493,16 @@ class CallerScript:
         else:
             self._end = start + len(prepared.audio)
         self._phase = _Phase.ACTIVE
+
+    @staticmethod
+    def _queue_allows(turn: CallerTurn, at: int, now: int, queued: int) -> bool:
+        """A gated turn starts only on a tick at or after `at` where the queue fits."""
+        if at > now:
+            return False
+        low, high = turn.queued_min_ms, turn.queued_max_ms
+        return (low is None or queued >= _samples(low)) and (
+            high is None or queued <= _samples(high)
+        )
 
     def _trigger(self, turn: CallerTurn, now: int, ear: BotEar) -> int | None:
         delay = _samples(turn.delay_ms)
@@ -495,6 +524,10 @@ class CallerScript:
                 if now - armed >= self._patience:
                     return now
         return None
+
+
+def _gated(turn: CallerTurn) -> bool:
+    return turn.queued_min_ms is not None or turn.queued_max_ms is not None
 
 
 def _prepare(turns: Sequence[CallerTurn], engine: str) -> list[PreparedTurn]:
@@ -544,6 +577,7 @@ class _Call:
         self._hung_up = False
         self._t0 = 0.0
         self._announced = 0  # caller turns announced to on_turn_start
+        self._queued_at_start: dict[int, int] = {}  # turn index -> unplayed samples
         self._caller_frames: list[np.ndarray] = []
         self._bot_frames: list[np.ndarray] = []
         line = config.line
@@ -599,7 +633,7 @@ class _Call:
             now = tick * FRAME_SAMPLES
             if tick >= 1:
                 await self._send_caller_frame(now - FRAME_SAMPLES)
-            self._script.advance(now, self._ear)
+            self._script.advance(now, self._ear, self._playout.buffered_samples)
             self._announce_turn(now)
             for digit in self._script.due_digits(now):
                 if await self._send(partial(self._writer.dtmf, digit)):
@@ -621,6 +655,7 @@ class _Call:
         if index is None or index < self._announced:
             return
         self._announced = index + 1
+        self._queued_at_start[index] = self._playout.buffered_samples
         if self._config.on_turn_start is not None:
             self._config.on_turn_start(index, _ms(now))
 
@@ -693,7 +728,7 @@ class _Call:
         report.underrun_ms = self._playout.underrun_ms
         report.bot_utterances = [(_ms(a), _ms(b)) for a, b in self._ear.utterances]
         report.greeting_start_ms = report.bot_utterances[0][0] if report.bot_utterances else None
-        report.turns = _turn_results(self._script, report.bot_utterances)
+        report.turns = _turn_results(self._script, report.bot_utterances, self._queued_at_start)
 
 
 def _pad(frames: Sequence[np.ndarray], count: int) -> np.ndarray:
@@ -705,8 +740,11 @@ def _pad(frames: Sequence[np.ndarray], count: int) -> np.ndarray:
 
 
 def _turn_results(
-    script: CallerScript, utterances: Sequence[tuple[float, float]]
+    script: CallerScript,
+    utterances: Sequence[tuple[float, float]],
+    queued_at_start: Mapping[int, int] | None = None,
 ) -> list[TurnResult]:
+    queued_at_start = queued_at_start or {}
     results = []
     spans = script.spans
     for i, (start, end, label) in enumerate(spans):
@@ -722,6 +760,7 @@ def _turn_results(
                 speech_end_ms=end_ms,
                 bot_reply_start_ms=reply,
                 latency_ms=None if reply is None else reply - end_ms,
+                bot_queued_ms=_ms(queued_at_start[i]) if i in queued_at_start else None,
             )
         )
     return results
