@@ -1,8 +1,10 @@
 """What a timeline says about its call: turns and headline numbers.
 
 Used for records whose call never got to write its own transcript.json and
-meta["summary"], which is every crashed call. Only the events the format documents are
-read (caller_turn, bot_turn, turn_timing, barge_in, error); the rest are ignored.
+meta["summary"], which is every crashed call. Each line is read as its typed event
+(`agents.events.parse_event`, which also reads the names older versions wrote, such as
+`backend_error` for `Error`); only CallerTurn, BotTurn, TurnTiming, BargeIn and Error
+count, the rest are ignored.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TimelineStats", "last_t_ms", "stats_from_timeline", "transcript_from_timeline"]
+from agents.events import BargeIn, BotTurn, CallerTurn, Error, TurnTiming, parse_timeline
 
-_SPEAKERS = {"caller_turn": "caller", "bot_turn": "bot"}
+__all__ = ["TimelineStats", "last_t_ms", "stats_from_timeline", "transcript_from_timeline"]
 
 
 @dataclass(frozen=True)
@@ -32,30 +34,32 @@ def _number(value: Any) -> float | None:
 
 
 def transcript_from_timeline(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """{"turns": [...]} in transcript.json's shape, from caller_turn / bot_turn events.
+    """{"turns": [...]} in transcript.json's shape, from CallerTurn / BotTurn events.
 
     Best effort: a field an event lacks gets a neutral value (times fall back to the
-    event's own t_ms, `intended` to the text, `latency` to null).
+    event's own t_ms, `intended` to the text). `latency` is null: a turn's latencies are
+    not part of its turn event.
     """
     turns = []
-    for event in events:
-        speaker = _SPEAKERS.get(str(event.get("event")))
-        if speaker is None:
-            continue
-        t_ms = _number(event.get("t_ms"))
-        start = _number(event.get("start_ms"))
-        end = _number(event.get("end_ms"))
-        text = str(event.get("text", ""))
-        latency = event.get("latency")
+    for t_ms, event in parse_timeline(events):
+        match event:
+            case CallerTurn():
+                speaker, truncated, intended = "caller", False, ""
+            case BotTurn():
+                speaker, truncated, intended = "bot", bool(event.truncated), str(event.intended)
+            case _:
+                continue
+        start, end = _number(event.start_ms), _number(event.end_ms)
+        text = str(event.text)
         turns.append(
             {
                 "speaker": speaker,
                 "text": text,
                 "start_ms": start if start is not None else t_ms,
                 "end_ms": end if end is not None else t_ms,
-                "truncated": bool(event.get("truncated", False)),
-                "intended": str(event.get("intended", text)),
-                "latency": latency if isinstance(latency, dict) else None,
+                "truncated": truncated,
+                "intended": intended or text,
+                "latency": None,
             }
         )
     # Events are logged when a turn ends; the transcript is in order of speaking.
@@ -64,21 +68,19 @@ def transcript_from_timeline(events: Iterable[Mapping[str, Any]]) -> dict[str, A
 
 
 def stats_from_timeline(events: Iterable[Mapping[str, Any]]) -> TimelineStats:
-    """Turn count (caller and bot turns together), barge-ins, errors and the median
-    mouth-to-mouth latency of turn_timing events."""
+    """Turn count (caller and bot turns together), barge-ins, errors (`Error`, however
+    old the line's name) and the median mouth-to-mouth latency of TurnTiming events."""
     turns = barge_ins = errors = 0
     latencies: list[float] = []
-    for event in events:
-        name = event.get("event")
-        if name in _SPEAKERS:
-            turns += 1
-        elif name == "barge_in":
-            barge_ins += 1
-        elif name == "error":
-            errors += 1
-        elif name == "turn_timing":
-            value = _number(event.get("mouth_to_mouth_ms"))
-            if value is not None:
+    for _, event in parse_timeline(events):
+        match event:
+            case CallerTurn() | BotTurn():
+                turns += 1
+            case BargeIn():
+                barge_ins += 1
+            case Error():
+                errors += 1
+            case TurnTiming(mouth_to_mouth_ms=m2m) if (value := _number(m2m)) is not None:
                 latencies.append(value)
     p50 = statistics.median(latencies) if latencies else None
     return TimelineStats(turns, barge_ins, errors, p50)
@@ -86,5 +88,5 @@ def stats_from_timeline(events: Iterable[Mapping[str, Any]]) -> TimelineStats:
 
 def last_t_ms(events: Iterable[Mapping[str, Any]]) -> float | None:
     """The latest t_ms of any event, or None for an empty timeline."""
-    times = [t for t in (_number(e.get("t_ms")) for e in events) if t is not None]
+    times = [t for t, _ in parse_timeline(events) if t is not None]
     return max(times) if times else None

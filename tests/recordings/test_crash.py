@@ -22,20 +22,28 @@ CALL = textwrap.dedent(
     import os, sys
     from pathlib import Path
     import numpy as np
+    from agents.events import BargeIn, BotTurn, CallerTurn, Error, TurnTiming
     from recordings import CallRecorder
 
     recorder = CallRecorder(
         Path(sys.argv[1]), "CAcrash", meta={"from": "+15551234567", "agent": "cascade"}
     )
+
+    def emit(t_ms, event):
+        recorder.event(t_ms, event.name, **event.data())
+
     recorder.caller_audio(np.full(12001, 1000, dtype=np.int16))
     recorder.bot_audio(4000, np.full(2000, -500, dtype=np.int16))
-    recorder.event(500.0, "caller_turn", text="hello there", start_ms=100.0, end_ms=500.0)
-    recorder.event(
-        900.0, "bot_turn", text="Hi! How can I", intended="Hi! How can I help?",
+    emit(500.0, CallerTurn(text="hello there", start_ms=100.0, end_ms=500.0))
+    emit(900.0, BotTurn(
+        turn_id=2, text="Hi! How can I", intended="Hi! How can I help?",
         truncated=True, start_ms=550.0, end_ms=800.0,
-    )
-    recorder.event(900.0, "turn_timing", mouth_to_mouth_ms=420.0)
-    recorder.event(1400.0, "barge_in")
+    ))
+    emit(900.0, TurnTiming(mouth_to_mouth_ms=420.0))
+    emit(1400.0, BargeIn(turn_id=2, heard="Hi! How can I", truncated=True))
+    emit(1450.0, Error(stage="llm", error="timed out"))
+    # A line as versions before typed events wrote a failed stage.
+    recorder.event(1460.0, "backend_error", stage="tts", error="down")
     assert recorder.flush(5.0)
     os._exit(1)  # no close(), no atexit, no finally: as if the process was killed
     """
@@ -69,6 +77,8 @@ def test_a_killed_call_is_readable_before_any_repair(tmp_path):
         "bot_turn",
         "turn_timing",
         "barge_in",
+        "error",
+        "backend_error",
     ]
     bot = record.bot_audio()
     assert bot.size == 12001
@@ -100,7 +110,13 @@ def test_repair_closes_a_killed_call_as_crashed(tmp_path):
     assert turns[1]["truncated"] is True
     assert turns[1]["intended"] == "Hi! How can I help?"
     summary = store.summaries()[0]
-    assert (summary.ended_with, summary.turns, summary.barge_ins) == ("crashed", 2, 1)
+    # Both errors count, whatever name their line has (repaired records once said 0).
+    assert (summary.ended_with, summary.turns, summary.barge_ins, summary.errors) == (
+        "crashed",
+        2,
+        1,
+        2,
+    )
     assert summary.mouth_to_mouth_p50_ms == 420.0
 
 

@@ -5,8 +5,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from agents.events import BargeIn, BotTurn, CallerTurn, Error, TurnTiming
 from recordings.errors import CorruptRecord, InvalidCallId, RecordError, RecordNotFound
-from recordings.jsonio import write_json_atomic
+from recordings.jsonio import dumps_line, write_json_atomic
 from recordings.layout import format_time
 from recordings.recorder import CallRecorder
 from recordings.store import RecordStore, Removal
@@ -129,7 +130,7 @@ def test_summaries_take_numbers_from_meta_when_the_call_wrote_them(tmp_path):
     folder = fake_record(
         tmp_path, "CA1", size=100, summary=summary, fallbacks=["llm"], agent="cascade", to="+1"
     )
-    (folder / "timeline.jsonl").write_text('{"t_ms": 1, "event": "barge_in"}\n', "utf-8")
+    (folder / "timeline.jsonl").write_text(dumps_line({"t_ms": 1, "event": BargeIn.name}), "utf-8")
 
     [line] = RecordStore(tmp_path).summaries()
     assert (line.call_sid, line.turns, line.barge_ins, line.errors) == ("CA1", 6, 2, 1)
@@ -147,19 +148,23 @@ def test_summaries_take_numbers_from_meta_when_the_call_wrote_them(tmp_path):
 
 def test_summaries_fall_back_to_the_timeline(tmp_path):
     folder = fake_record(tmp_path, "CA1")
-    lines = [
-        '{"t_ms": 1, "event": "caller_turn", "text": "a"}',
-        '{"t_ms": 2, "event": "turn_timing", "mouth_to_mouth_ms": 500}',
-        '{"t_ms": 3, "event": "bot_turn", "text": "b"}',
-        '{"t_ms": 4, "event": "turn_timing", "mouth_to_mouth_ms": 700}',
-        '{"t_ms": 5, "event": "turn_timing", "mouth_to_mouth_ms": 900}',
-        '{"t_ms": 6, "event": "barge_in"}',
-        '{"t_ms": 7, "event": "error", "message": "llm timeout"}',
+    events = [
+        CallerTurn(text="a"),
+        TurnTiming(mouth_to_mouth_ms=500),
+        BotTurn(turn_id=2, text="b"),
+        TurnTiming(mouth_to_mouth_ms=700),
+        TurnTiming(mouth_to_mouth_ms=900),
+        TurnTiming(),  # a turn with no mouth-to-mouth figure: not a latency
+        BargeIn(turn_id=2, heard="b"),
+        Error(stage="llm", error="llm timeout"),
     ]
-    (folder / "timeline.jsonl").write_text("\n".join(lines) + "\n", "utf-8")
+    lines = [{"t_ms": t, "event": e.name, **e.data()} for t, e in enumerate(events, start=1)]
+    # What earlier versions wrote for a failed stage: still an error.
+    lines.append({"t_ms": 9, "event": "backend_error", "stage": "tts", "error": "down"})
+    (folder / "timeline.jsonl").write_text("".join(map(dumps_line, lines)), "utf-8")
 
     [line] = RecordStore(tmp_path).summaries()
-    assert (line.turns, line.barge_ins, line.errors) == (2, 1, 1)
+    assert (line.turns, line.barge_ins, line.errors) == (2, 1, 2)
     assert line.mouth_to_mouth_p50_ms == 700.0
 
 
