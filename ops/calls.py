@@ -36,6 +36,19 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from agents.events import (
+    BargeIn,
+    CallEvent,
+    Clear,
+    Error,
+    Fallback,
+    Hold,
+    ProtocolErrorEvent,
+    Reprompt,
+    Resume,
+    TurnCapped,
+    parse_timeline,
+)
 from recordings.errors import RecordError
 from recordings.layout import parse_time
 from recordings.privacy import mask_number
@@ -45,7 +58,15 @@ from recordings.store import RecordStore, Removal
 if TYPE_CHECKING:
     from ops.replay import ReplayResult
 
-__all__ = ["LazyWhisper", "build_parser", "main", "parse_since", "select", "transcript_lines"]
+__all__ = [
+    "LazyWhisper",
+    "build_parser",
+    "incidents",
+    "main",
+    "parse_since",
+    "select",
+    "transcript_lines",
+]
 
 PROG: Final = "offhook calls"
 RATE: Final = 8000
@@ -61,10 +82,20 @@ _LATENCY_KEYS: Final = (
     "tts_first_audio_ms",
     "mouth_to_mouth_ms",
 )
-# Timeline events `show` lists after the turns: what went wrong or was cut short.
-_INCIDENTS: Final = frozenset(
-    {"barge_in", "clear", "backend_error", "error", "protocol_error", "fallback"}
+# Timeline events `show` lists after the turns: what went wrong or was cut short. A Hold
+# is one only while nothing resolved it (see `incidents`); the rest always are. Yellow:
+# the call went on as designed, cut short; red: something failed.
+_INCIDENTS: Final[tuple[type[CallEvent], ...]] = (
+    BargeIn,
+    Clear,
+    Hold,
+    Reprompt,
+    TurnCapped,
+    Error,
+    ProtocolErrorEvent,
+    Fallback,
 )
+_CUT_SHORT: Final[tuple[type[CallEvent], ...]] = (BargeIn, Clear, Hold, Reprompt, TurnCapped)
 
 Transcribe = Callable[[np.ndarray], str]
 
@@ -454,42 +485,66 @@ def _turns_table(transcript: Mapping[str, Any]) -> Table:
     return table
 
 
-def _incident(event: Mapping[str, Any]) -> str:
-    data = {k: v for k, v in event.items() if k not in ("t_ms", "event")}
-    match event.get("event"):
-        case "barge_in":
-            cut = " (cut off)" if data.get("truncated") else ""
-            heard = data.get("heard")
-            return f"caller interrupted bot turn {data.get('turn_id')}; heard{cut}: {heard!r}"
-        case "clear":
+def incidents(timeline: Iterable[Mapping[str, Any]]) -> list[tuple[float | None, CallEvent]]:
+    """The timeline's incidents, in order, as `calls show` lists them.
+
+    A Hold is one only if neither a Resume (a backchannel or noise: the bot went on) nor
+    a BargeIn (listed itself) followed it before the next Hold or the end of the call.
+    """
+    chosen: list[tuple[float | None, CallEvent]] = []
+    resolved: set[int] = set()
+    holding: int | None = None  # index in `chosen` of the Hold nothing has resolved yet
+    for t_ms, event in parse_timeline(timeline):
+        if isinstance(event, Resume | BargeIn) and holding is not None:
+            resolved.add(holding)
+            holding = None
+        if isinstance(event, _INCIDENTS):
+            if isinstance(event, Hold):
+                holding = len(chosen)
+            chosen.append((t_ms, event))
+    return [incident for i, incident in enumerate(chosen) if i not in resolved]
+
+
+def _incident(event: CallEvent) -> str:
+    match event:
+        case BargeIn(turn_id=turn_id, heard=heard, truncated=truncated):
+            cut = " (cut off)" if truncated else ""
+            return f"caller interrupted bot turn {turn_id}; heard{cut}: {heard!r}"
+        case Clear():
             return "bot audio cleared"
-        case "backend_error":
-            return f"{data.get('stage')}: {data.get('error')}"
-    return json.dumps(data, sort_keys=True, default=str)
+        case Error(stage=stage, error=error):
+            return f"{stage}: {error}"
+        case Hold(turn_id=turn_id, heard=heard):
+            return f"bot held turn {turn_id} for the caller and never resumed; heard: {heard!r}"
+        case Reprompt(reason=reason, speech_ms=speech_ms):
+            why = f" ({reason})" if reason else ""
+            return f"caller not made out{why} after {speech_ms} ms of speech; asked to repeat"
+        case TurnCapped(speech_ms=speech_ms):
+            return f"caller turn judged without a pause at its {speech_ms} ms cap"
+    return json.dumps(event.data(), sort_keys=True, default=str)
 
 
 def _show(args: argparse.Namespace, store: RecordStore, out: Console, err: Console) -> int:
     record = store.open(args.id)
     summary = record.summary()
     transcript = record.transcript()
-    incidents = [e for e in record.timeline() if e.get("event") in _INCIDENTS]
+    listed = incidents(record.timeline())
     out.print(_summary_panel(record, summary))
     if transcript.get("turns"):
         out.print(_turns_table(transcript))
     else:
         out.print("no transcript turns")
-    if not incidents:
+    if not listed:
         out.print("no barge-ins or errors")
         return 0
     table = Table(title="barge-ins and errors", title_justify="left")
     table.add_column("at", no_wrap=True)
     table.add_column("event", no_wrap=True)
     table.add_column("details", ratio=1)
-    for event in incidents:
-        name = str(event.get("event"))
+    for t_ms, event in listed:
         table.add_row(
-            _clock(event.get("t_ms")),
-            Text(name, style="yellow" if name in ("barge_in", "clear") else "red"),
+            _clock(t_ms),
+            Text(event.name, style="yellow" if isinstance(event, _CUT_SHORT) else "red"),
             Text(_incident(event)),
         )
     out.print(table)
@@ -624,8 +679,8 @@ class LazyWhisper:
 
 
 def _load_whisper() -> Transcribe:
+    from agents.assets import STT_ASSETS, ModelCache
     from agents.cascade.stt import WhisperTranscriber
-    from app.assets import STT_ASSETS, ModelCache
     from app.settings import Settings
     from media.codec import pcm16_to_float
     from media.resample import resample

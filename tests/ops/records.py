@@ -4,14 +4,14 @@ A record is described by a CallSpec (who called, when, how it ended) and its Exc
 (one caller utterance and the bot's answer each). `build_call` turns that into what the
 server would have recorded: caller.wav with speech-like audio over a faint line noise,
 bot.wav with the greeting and replies where the caller heard them (cut short at a
-barge-in), the timeline events the agent emits (vad_start/vad_stop, end_of_turn,
-caller_turn, turn_timing, bot_turn, barge_in, clear, backend_error), transcript.json
-and meta.json with the call's summary.
+barge-in), the timeline events the agent emits (typed, from agents.events: SpeechStart,
+SpeechStop, EndOfTurn, CallerTurn, TurnTiming, BotTurn, BargeIn, Clear, Error),
+transcript.json and meta.json with the call's summary.
 
 Timing follows the cascade agent: a caller turn starts 200 ms before speech (the VAD's
 preroll) and ends at vad_stop, 60 ms after the last voiced sample; mouth to mouth runs
 from vad_stop to the first sample of the reply. A caller who starts talking while a
-reply plays barges in 600 ms later (BARGE_IN_MIN_SPEECH_MS): barge_in and clear are
+reply plays barges in 600 ms later (BARGE_IN_MIN_SPEECH_MS): BargeIn and Clear are
 logged and the reply is cut there.
 
 The recorder stamps started_at and duration with the wall clock of the test; a record
@@ -29,6 +29,20 @@ from typing import Any, Final
 
 import numpy as np
 
+from agents.events import (
+    BargeIn,
+    BotTurn,
+    CallerTurn,
+    CallEvent,
+    Clear,
+    EndOfTurn,
+    Error,
+    SpeechStart,
+    SpeechStop,
+    StreamStart,
+    StreamStop,
+    TurnTiming,
+)
 from recordings.jsonio import write_json_atomic
 from recordings.layout import format_time
 from recordings.privacy import mask_number
@@ -78,7 +92,7 @@ class CallSpec:
     fallbacks: tuple[str, ...] = ()
     ended_with: str = "hangup"
     error: str | None = None
-    # Backend failures logged (stage "llm") just after the first caller turn.
+    # Backend failures logged (Error, stage "llm") just after the first caller turn.
     backend_errors: int = 0
     greeting: str = "Hello! Thanks for calling. How can I help you today?"
     greeting_ms: float = 1200.0
@@ -154,9 +168,18 @@ def _turn(speaker: str, text: str, start: float, end: float, **extra: Any) -> di
     }
 
 
+def line(t_ms: float, event: CallEvent) -> dict[str, Any]:
+    """The timeline line the recorder writes for `event` at `t_ms`."""
+    return {"t_ms": t_ms, "event": event.name, **event.data()}
+
+
+def record_event(recorder: CallRecorder, t_ms: float, event: CallEvent) -> None:
+    recorder.event(t_ms, event.name, **event.data())
+
+
 def build_call(root: Path, spec: CallSpec) -> CallRecord:
     """Record the call `spec` describes under `root` (a calls/ folder); returns it."""
-    events: list[tuple[float, str, dict[str, Any]]] = []
+    events: list[tuple[float, CallEvent]] = []
     turns: list[dict[str, Any]] = []
     pieces: list[tuple[float, np.ndarray]] = []  # bot audio (start ms, pcm)
     latencies: list[float] = []
@@ -183,31 +206,24 @@ def build_call(root: Path, spec: CallSpec) -> CallRecord:
             share = (cleared - reply_start) / (playing[3] - reply_start)
             heard = " ".join(heard_words[: max(1, int(len(heard_words) * share))])
             bot.update(text=heard, truncated=True, end_ms=cleared)
-            events.append(
-                (cleared, "barge_in", {"turn_id": turn_id, "heard": heard, "truncated": True})
-            )
-            events.append((cleared, "clear", {"decision_to_clear_ms": 3.2}))
+            events.append((cleared, BargeIn(turn_id=turn_id, heard=heard, truncated=True)))
+            events.append((cleared, Clear(reason="barge_in", decision_to_clear_ms=3.2)))
             at, audio = pieces[-1]
             pieces[-1] = (at, audio[: _samples(cleared - at)])
             barge_ins += 1
-        events.append((start, "vad_start", {"sample": _samples(start) * 2}))
-        events.append((stop, "vad_stop", {"sample": _samples(stop) * 2}))
+        events.append((start, SpeechStart(sample=_samples(start) * 2)))
+        events.append((stop, SpeechStop(sample=_samples(stop) * 2)))
         decided = stop + END_OF_TURN_MS
-        events.append(
-            (
-                decided,
-                "end_of_turn",
-                {"probability": 0.91, "silence_ms": END_OF_TURN_MS, "text": exchange.text},
-            )
+        eot = EndOfTurn(
+            probability=0.91, silence_ms=round(END_OF_TURN_MS), text=exchange.text, hearing="heard"
         )
-        events.append((decided, "caller_turn", {"text": exchange.text}))
+        events.append((decided, eot))
+        events.append((decided, CallerTurn(text=exchange.text)))
         turns.append(_turn("caller", exchange.text, max(0.0, start - PREROLL_MS), stop))
         end_of_call = max(end_of_call, stop)
         if number == 1:
             for _ in range(spec.backend_errors):
-                events.append(
-                    (decided, "backend_error", {"stage": "llm", "error": "llm timed out after 8 s"})
-                )
+                events.append((decided, Error(stage="llm", error="llm timed out after 8 s")))
         reply_start = exchange.reply_start_ms
         if reply_start is None or exchange.latency_ms is None:
             playing = None
@@ -219,13 +235,13 @@ def build_call(root: Path, spec: CallSpec) -> CallRecord:
         bot = _turn("bot", exchange.reply, reply_start, reply_end, latency=latency)
         turns.append(bot)
         pieces.append((reply_start, bot_speech(exchange.reply_ms)))
-        events.append((reply_start, "turn_timing", {"speech_end_ms": stop, **latency}))
+        events.append((reply_start, TurnTiming(speech_end_ms=stop, **latency)))
         bot_turns.append((turn_id, bot))
         playing = (bot, turn_id, reply_start, reply_end)
         end_of_call = max(end_of_call, reply_end)
     # The agent logs a bot turn once it has all been said; one cut short never is.
     events += [
-        (bot["end_ms"], "bot_turn", {"turn_id": turn_id, "text": bot["text"]})
+        (bot["end_ms"], BotTurn(turn_id=turn_id, text=bot["text"]))
         for turn_id, bot in bot_turns
         if not bot["truncated"]
     ]
@@ -238,8 +254,9 @@ def build_call(root: Path, spec: CallSpec) -> CallRecord:
         caller[at : at + len(speech)] += speech
     caller_pcm = np.rint(np.clip(caller, -32768, 32767)).astype(np.int16)
 
+    stream_sid = "MZ" + spec.call_sid[2:]
     meta = {
-        "stream_sid": "MZ" + spec.call_sid[2:],
+        "stream_sid": stream_sid,
         "account_sid": "ACfixture",
         "from": mask_number(spec.from_number),
         "to": spec.to_number,
@@ -249,10 +266,10 @@ def build_call(root: Path, spec: CallSpec) -> CallRecord:
         "versions": {"offhook": "0.1.0"},
     }
     recorder = CallRecorder(root, spec.call_sid, meta=meta)
-    recorder.event(0.0, "stream_start", stream_sid=meta["stream_sid"], tracks=["inbound"])
-    for t_ms, name, data in sorted(events, key=lambda e: e[0]):
-        recorder.event(t_ms, name, **data)
-    recorder.event(length * 1000 / RATE, "stream_stop", outcome=spec.ended_with)
+    record_event(recorder, 0.0, StreamStart(stream_sid=stream_sid, tracks=["inbound"]))
+    for t_ms, event in sorted(events, key=lambda e: e[0]):
+        record_event(recorder, t_ms, event)
+    record_event(recorder, length * 1000 / RATE, StreamStop(outcome=spec.ended_with))
     recorder.caller_audio(caller_pcm)
     for at, audio in pieces:
         recorder.bot_audio(_samples(at), audio)

@@ -9,9 +9,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ops.calls import main, parse_since
+from agents.events import (
+    BargeIn,
+    CallEvent,
+    Clear,
+    EchoIgnored,
+    Error,
+    Fallback,
+    Hold,
+    ReplyCancelled,
+    Reprompt,
+    Resume,
+    TurnCapped,
+)
+from ops.calls import incidents, main, parse_since
+from recordings.jsonio import dumps_line
 from recordings.store import RecordStore
-from tests.ops.records import THREE_TURNS, CallSpec, Exchange, build_call
+from tests.ops.records import THREE_TURNS, CallSpec, Exchange, build_call, line
 
 NOW = datetime.now(UTC)
 
@@ -206,13 +220,107 @@ def test_show_lists_each_turn_with_its_latencies(
     assert "00:09.300" in barge and "On Sunday we open at ten and close" in barge
 
 
+def _append(data_dir: Path, call_sid: str, *events: tuple[float, CallEvent]) -> None:
+    """Events a record's timeline gets after the fact, as the recorder writes them."""
+    path = data_dir / "calls" / call_sid / "timeline.jsonl"
+    with path.open("a", encoding="utf-8") as f:
+        f.writelines(dumps_line(line(t_ms, event)) for t_ms, event in events)
+
+
+def _rows(out: str, name: str) -> list[str]:
+    """The incident table's rows for events called `name`."""
+    pattern = re.compile(rf"│ \d\d:\d\d\.\d{{3}} │ {name} +│")
+    return [row for row in out.splitlines() if pattern.match(row)]
+
+
 def test_show_lists_backend_errors(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert calls(data_dir, "show", "CAerror") == 0
 
     out = capsys.readouterr().out
     assert "the LLM backend is down" in out
-    row = next(line for line in out.splitlines() if "│ backend_error" in line)
+    [row] = _rows(out, "error")
     assert "llm: llm timed out after 8 s" in row
+
+
+def test_show_lists_an_old_records_backend_error_as_an_error(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = data_dir / "calls" / "CAold" / "timeline.jsonl"
+    with path.open("a", encoding="utf-8") as f:  # as versions before typed events wrote it
+        f.write('{"t_ms": 4100.0, "event": "backend_error", "stage": "tts", "error": "down"}\n')
+
+    assert calls(data_dir, "show", "CAold") == 0
+
+    out = capsys.readouterr().out
+    [row] = _rows(out, "error")
+    assert "00:04.100" in row and "tts: down" in row
+    assert "backend_error" not in out
+
+
+def test_show_lists_what_went_wrong_or_was_cut_short(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _append(
+        data_dir,
+        "CAold",
+        (4000.0, Reprompt(reason="unclear", speech_ms=900)),
+        (4100.0, TurnCapped(speech_ms=15000)),
+        (4200.0, Fallback(source="duplex", target="cascade", reason="worker lost")),
+        (4300.0, Hold(turn_id=4, heard="Sure, I")),  # the call ended while it held
+    )
+
+    assert calls(data_dir, "show", "CAold") == 0
+
+    out = capsys.readouterr().out
+    [reprompt] = _rows(out, "reprompt")
+    assert "00:04.000" in reprompt
+    assert "caller not made out (unclear) after 900 ms of speech; asked to repeat" in reprompt
+    [capped] = _rows(out, "turn_capped")
+    assert "caller turn judged without a pause at its 15000 ms cap" in capped
+    [fallback] = _rows(out, "fallback")
+    assert '{"from": "duplex", "reason": "worker lost", "to": "cascade"}' in fallback
+    [hold] = _rows(out, "hold")
+    assert "bot held turn 4 for the caller and never resumed; heard: 'Sure, I'" in hold
+
+
+def test_show_leaves_out_holds_that_resumed_and_everyday_turn_taking(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _append(
+        data_dir,
+        "CAold",
+        (4000.0, Hold(turn_id=2, heard="Yes")),
+        (4400.0, Resume(held_ms=400, reason="backchannel")),
+        (4500.0, EchoIgnored(speech_ms=300)),
+        (4600.0, ReplyCancelled(reason="caller went on")),
+    )
+
+    assert calls(data_dir, "show", "CAold") == 0
+
+    assert "no barge-ins or errors" in capsys.readouterr().out
+
+
+def test_incidents_hold_only_while_nothing_resolved_it() -> None:
+    timeline = [
+        line(100.0, Hold(turn_id=1)),
+        line(300.0, Resume(held_ms=200)),  # went on: no incident
+        line(500.0, Hold(turn_id=2)),
+        line(900.0, BargeIn(turn_id=2, heard="Sure")),  # listed as the barge-in
+        line(900.0, Clear(reason="barge_in")),
+        line(1500.0, Hold(turn_id=3)),  # never resolved before the next hold
+        line(2000.0, Hold(turn_id=5)),
+        line(2300.0, Resume(held_ms=300)),
+        line(2600.0, Error(stage="tts", error="down")),
+        line(3000.0, Hold(turn_id=7)),  # the call ended while it held
+    ]
+
+    assert incidents(timeline) == [
+        (900.0, BargeIn(turn_id=2, heard="Sure")),
+        (900.0, Clear(reason="barge_in")),
+        (1500.0, Hold(turn_id=3)),
+        (2600.0, Error(stage="tts", error="down")),
+        (3000.0, Hold(turn_id=7)),
+    ]
 
 
 # --- export -----------------------------------------------------------------------------
