@@ -2,7 +2,7 @@
 
 Two waveforms on one time axis (caller on top, bot below, seconds since the stream's
 `start`, the clock every record uses), with what the bot's turn taking saw drawn over
-them: caller speech as the VAD heard it (vad_start → vad_stop), bot turns (where the bot
+them: caller speech as the VAD heard it (SpeechStart → SpeechStop), bot turns (where the bot
 audio is not silent), end-of-turn decisions, barge-ins, and each reply's mouth-to-mouth
 latency as an arrow from the end of the caller's speech to the start of the reply.
 
@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from agents.events import BargeIn, EndOfTurn, SpeechStart, SpeechStop, parse_timeline
 from recordings.record import CallRecord
 
 __all__ = [
@@ -83,15 +84,17 @@ def voiced_spans(
 
 
 def speech_spans(timeline: Iterable[Mapping[str, Any]], end_ms: float) -> list[tuple[float, float]]:
-    """vad_start → vad_stop pairs; speech still open when the call ended closes at end_ms."""
+    """SpeechStart → SpeechStop pairs; speech still open when the call ended closes at
+    end_ms. A line without a time is skipped."""
     spans: list[tuple[float, float]] = []
     opened: float | None = None
-    for event in timeline:
-        name = event.get("event")
-        if name == "vad_start" and opened is None:
-            opened = float(event["t_ms"])
-        elif name == "vad_stop" and opened is not None:
-            spans.append((opened, float(event["t_ms"])))
+    for t_ms, event in parse_timeline(timeline):
+        if t_ms is None:
+            continue
+        if isinstance(event, SpeechStart) and opened is None:
+            opened = t_ms
+        elif isinstance(event, SpeechStop) and opened is not None:
+            spans.append((opened, t_ms))
             opened = None
     if opened is not None:
         spans.append((opened, max(opened, end_ms)))
@@ -110,10 +113,11 @@ def marks_from_record(
         if m2m is None or start is None:
             continue
         latencies.append((float(start) - float(m2m), float(start), float(m2m)))
+    events = [(t, event) for t, event in parse_timeline(timeline) if t is not None]
     return TimelineMarks(
         caller_speech=speech_spans(timeline, end_ms),
-        end_of_turn=[float(e["t_ms"]) for e in timeline if e.get("event") == "end_of_turn"],
-        barge_ins=[float(e["t_ms"]) for e in timeline if e.get("event") == "barge_in"],
+        end_of_turn=[t for t, event in events if isinstance(event, EndOfTurn)],
+        barge_ins=[t for t, event in events if isinstance(event, BargeIn)],
         latencies=latencies,
     )
 

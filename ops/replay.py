@@ -1,13 +1,13 @@
 """`offhook calls replay`: call a running server with a recorded caller, and compare.
 
 The recorded caller is cut into utterances: the transcript's caller turns and the
-timeline's vad_start → vad_stop spans, merged where less than 700 ms apart (a caller's
-pause inside one thought). `ops.simulate.simulate_call` then dials the server exactly as
-Twilio would and plays each utterance at its original time on the call clock: each is
-a CallerTurn(after="start") whose delay is the silence since the previous one ended
-(the first one's since the stream's `start`), so the caller speaks as in the recording
-whatever the bot does. The caller does not react to the new bot: that is the point of
-a replay, and why a bot that is now slower may be talked over.
+timeline's SpeechStart → SpeechStop spans (vad_start → vad_stop), merged where less than
+700 ms apart (a caller's pause inside one thought). `ops.simulate.simulate_call` then
+dials the server exactly as Twilio would and plays each utterance at its original time
+on the call clock: each is a CallerTurn(after="start") whose delay is the silence since
+the previous one ended (the first one's since the stream's `start`), so the caller
+speaks as in the recording whatever the bot does. The caller does not react to the new
+bot: that is the point of a replay, and why a bot that is now slower may be talked over.
 
 Both calls are then measured the same way, at the caller's ear, with the simulator's
 rule (ops.simulate.BotEar: bot audio above -45 dBFS, pauses under 300 ms inside one
@@ -16,7 +16,7 @@ the caller began it and before the caller's next one, and mouth to mouth runs fr
 the end of the utterance to that start. The recorded figure is measured on the
 recorded bot.wav rather than taken from the agent's own turn_timing, so the two
 columns of the diff differ only by what the bot did, not by how it was measured.
-Barge-ins are compared by `clear`s (one per barge-in that stopped the bot) in each
+Barge-ins are compared by `Clear`s (one per barge-in that stopped the bot) in each
 utterance's window.
 
 At speed != 1 the simulator sends frames faster than real time while timestamps stay
@@ -35,6 +35,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from agents.events import Clear, SpeechStart, SpeechStop, parse_timeline
 from ops.simulate import (
     FRAME_SAMPLES,
     After,
@@ -159,13 +160,12 @@ def caller_segments(
         if start is not None and end is not None and end > start:
             spans.append((start, end, str(turn.get("text") or "")))
     opened: float | None = None
-    for event in timeline:
-        name, t_ms = event.get("event"), _number(event.get("t_ms"))
+    for t_ms, event in parse_timeline(timeline):
         if t_ms is None:
             continue
-        if name == "vad_start" and opened is None:
+        if isinstance(event, SpeechStart) and opened is None:
             opened = t_ms
-        elif name == "vad_stop" and opened is not None:
+        elif isinstance(event, SpeechStop) and opened is not None:
             spans.append((opened, t_ms, ""))
             opened = None
     if opened is not None:
@@ -223,8 +223,9 @@ def _read_recording(record: CallRecord) -> _Recorded:
     length_ms = len(caller) * 1000 / RATE
     segments = caller_segments(transcript, timeline, end_ms=length_ms)
     utterances = _ear_utterances(bot)
-    clear_times = [_number(e.get("t_ms")) for e in timeline if e.get("event") == "clear"]
-    clears = [t for t in clear_times if t is not None]
+    clears = [
+        t for t, event in parse_timeline(timeline) if isinstance(event, Clear) and t is not None
+    ]
     bot_turns = [
         (start, str(turn.get("text") or ""))
         for turn in transcript.get("turns", [])

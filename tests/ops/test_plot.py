@@ -6,9 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agents.events import BargeIn, EndOfTurn, SpeechStart, SpeechStop
 from ops.calls import main
-from ops.plot import TimelineMarks, plot_timeline, speech_spans, voiced_spans
-from tests.ops.records import THREE_TURNS, CallSpec, build_call
+from ops.plot import TimelineMarks, marks_from_record, plot_timeline, speech_spans, voiced_spans
+from recordings.store import RecordStore
+from tests.ops.records import THREE_TURNS, CallSpec, build_call, line
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -57,10 +59,40 @@ def test_voiced_spans_find_bot_audio_and_bridge_short_pauses() -> None:
 
 def test_speech_spans_pair_vad_events_and_close_an_open_one_at_the_end() -> None:
     timeline = [
-        {"t_ms": 100.0, "event": "vad_start"},
-        {"t_ms": 900.0, "event": "vad_stop"},
-        {"t_ms": 950.0, "event": "vad_stop"},  # a stray stop opens nothing
-        {"t_ms": 2000.0, "event": "vad_start"},
+        line(100.0, SpeechStart(sample=1600)),
+        line(900.0, SpeechStop(sample=14400)),
+        line(950.0, SpeechStop(sample=15200)),  # a stray stop opens nothing
+        {"t_ms": None, "event": "vad_start"},  # a damaged line: no time, no span
+        line(2000.0, SpeechStart(sample=32000)),
     ]
 
     assert speech_spans(timeline, end_ms=2500.0) == [(100.0, 900.0), (2000.0, 2500.0)]
+
+
+def test_marks_of_a_recorded_call_come_from_its_typed_events(tmp_path: Path) -> None:
+    build_call(tmp_path, CallSpec("CAmarks", THREE_TURNS))
+    record = RecordStore(tmp_path).open("CAmarks")
+
+    marks = marks_from_record(list(record.timeline()), record.transcript(), end_ms=12_500.0)
+
+    # Each exchange: speech from its start to vad_stop (60 ms after the last sound), the
+    # turn judged 240 ms later; the second reply is interrupted 600 ms into the third.
+    assert marks.caller_speech == [(2200.0, 3460.0), (6000.0, 7060.0), (8700.0, 9960.0)]
+    assert marks.end_of_turn == [3700.0, 7300.0, 10200.0]
+    assert marks.barge_ins == [9300.0]
+    assert [m2m for _, _, m2m in marks.latencies] == [500.0, 500.0, 500.0]
+
+
+def test_marks_ignore_events_they_do_not_draw() -> None:
+    timeline = [
+        line(100.0, EndOfTurn(probability=0.9, silence_ms=240)),
+        {"t_ms": 200.0, "event": "teleport"},  # unknown to this version
+        {"t_ms": 300.0, "event": "barge_in", "heard": 7},  # a field of the wrong type
+        line(400.0, BargeIn(turn_id=2, heard="Sure", truncated=True)),
+    ]
+
+    marks = marks_from_record(timeline, {"turns": []}, end_ms=500.0)
+
+    assert marks.end_of_turn == [100.0]
+    assert marks.barge_ins == [300.0, 400.0]
+    assert marks.caller_speech == []

@@ -27,12 +27,13 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from twilio.request_validator import RequestValidator
 
+from agents.events import Clear, SpeechStart, SpeechStop
 from media.codec import mulaw_decode, mulaw_encode
 from ops.calls import main
 from ops.replay import ReplayResult, TurnDiff, caller_segments, replay, speed_warning, verdict
 from ops.simulate import CallReport, SimulationConfig
 from recordings.record import CallRecord
-from tests.ops.records import THREE_TURNS, CallSpec, bot_speech, build_call
+from tests.ops.records import THREE_TURNS, CallSpec, bot_speech, build_call, line
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -310,11 +311,12 @@ def test_segments_merge_transcript_turns_and_vad_spans_closer_than_700_ms() -> N
         ]
     }
     timeline = [
-        {"t_ms": 1200.0, "event": "vad_start"},
-        {"t_ms": 2000.0, "event": "vad_stop"},
-        {"t_ms": 5000.0, "event": "vad_start"},  # a backchannel: no transcript turn
-        {"t_ms": 5300.0, "event": "vad_stop"},
-        {"t_ms": 9000.5, "event": "vad_start"},  # still talking when the call ended
+        line(1200.0, SpeechStart(sample=19200)),
+        line(1500.0, Clear(reason="barge_in")),  # not speech: ignored here
+        line(2000.0, SpeechStop(sample=32000)),
+        line(5000.0, SpeechStart(sample=80000)),  # a backchannel: no transcript turn
+        line(5300.0, SpeechStop(sample=84800)),
+        line(9000.5, SpeechStart(sample=144008)),  # still talking when the call ended
     ]
 
     segments = caller_segments(transcript, timeline, end_ms=9500.0)
