@@ -55,7 +55,7 @@ def serve(args: argparse.Namespace) -> int:
 def models(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from app.assets import ModelCache
+    from agents.assets import ModelCache
 
     console = Console()
     settings = Settings.from_env()
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "worker":
         from agents.duplex.worker import worker_main
 
-        return worker_main(argv[1:])
+        return worker_main(argv[1:], load_settings=Settings.from_env)
     if argv and argv[0] == "calls":
         from ops.calls import main as calls_main
 

@@ -15,9 +15,10 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from agents.cascade.agent import CascadeModels
+from agents.loading import load_models
 from app.call import CallSession
 from app.metrics import CONTENT_TYPE
-from app.services import Services, load_models, open_pool
+from app.services import Services, open_pool
 from app.settings import Settings
 from recordings.errors import RecordError
 from recordings.privacy import mask_number

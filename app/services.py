@@ -1,4 +1,4 @@
-"""The process-wide resources: models loaded once, the LLM backend, call admission."""
+"""The process-wide resources: the loaded models, the duplex worker pool, call admission."""
 
 from __future__ import annotations
 
@@ -7,24 +7,24 @@ import logging
 from collections import OrderedDict
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agents.cascade.agent import CascadeModels
-from agents.cascade.llm import ChatModel, EmbeddedLlamaServer, OpenAIChat
-from agents.cascade.stt import WhisperTranscriber
-from agents.cascade.tts import PiperSpeaker
 from agents.duplex.pool import PoolMetrics, WorkerPool
-from app.assets import STT_ASSETS, ModelCache
+
+# Model loading lives in agents/, where `offhook worker` can use it without the app; the
+# name stays importable from here for code not yet moved to `agents.loading`.
+from agents.loading import load_models
 from app.metrics import Metrics
 from app.settings import Settings
-from media.turn import EndOfTurnModel
 from telephony.security import CallTokens, WebhookValidator
 
 if TYPE_CHECKING:
     from app.call import CallSession
 
 log = logging.getLogger(__name__)
+
+__all__ = ["Services", "load_models", "open_pool"]
 
 RECENT_CALLS = 50
 
@@ -87,86 +87,3 @@ async def open_pool(services: Services, stack: AsyncExitStack) -> WorkerPool | N
     stack.push_async_callback(pool.aclose)
     log.info("duplex worker pool: %s", ", ".join(urls))
     return pool
-
-
-async def load_models(settings: Settings, stack: AsyncExitStack) -> CascadeModels:
-    """Assemble, verify and load every model; start the embedded LLM if none is configured.
-
-    Cleanup of what was started is pushed onto `stack`, so the lifespan closes it.
-    """
-    cache = ModelCache(settings.model_cache_dir)
-    threads = settings.model_threads
-
-    stt_dir = Path(settings.stt_model)
-    if settings.stt_model in STT_ASSETS:
-        stt_dir = await asyncio.to_thread(cache.path, STT_ASSETS[settings.stt_model])
-    voice = Path(settings.tts_voice) if settings.tts_voice else None
-    if voice is None:
-        voice = await asyncio.to_thread(cache.path, "piper-joe-medium")
-    turn_model = await asyncio.to_thread(cache.path, "smart-turn-v3.2")
-
-    llm = await _language_model(settings, cache, stack)
-    stt, tts, eot = await asyncio.gather(
-        asyncio.to_thread(
-            WhisperTranscriber, stt_dir, threads=threads, language=settings.stt_language
-        ),
-        asyncio.to_thread(PiperSpeaker, voice, threads=threads, speed=settings.tts_speed),
-        asyncio.to_thread(EndOfTurnModel, turn_model, threads=1),
-    )
-    models = CascadeModels(stt=stt, tts=tts, llm=llm, end_of_turn=eot)
-    for line in (settings.greeting, settings.apology):
-        if line:
-            models.canned[line] = await asyncio.to_thread(tts.synthesize, line)
-    await _warm_up(models, settings)
-    return models
-
-
-async def _language_model(
-    settings: Settings, cache: ModelCache, stack: AsyncExitStack
-) -> ChatModel:
-    common = {
-        "max_tokens": settings.llm_max_tokens,
-        "temperature": settings.llm_temperature,
-        "first_token_timeout_s": settings.llm_timeout_s,
-    }
-    if settings.llm_base_url:
-        chat = OpenAIChat(
-            base_url=settings.llm_base_url,
-            model=settings.llm_model,
-            api_key=settings.llm_api_key,
-            **common,
-        )
-    else:
-        gguf = Path(settings.llm_gguf) if settings.llm_gguf else None
-        if gguf is None:
-            gguf = await asyncio.to_thread(cache.path, "smollm2-135m-instruct")
-        server = EmbeddedLlamaServer(
-            gguf, port=settings.llm_embedded_port, threads=settings.model_threads
-        )
-        await server.start()
-        stack.push_async_callback(server.stop)
-        chat = OpenAIChat(base_url=server.base_url, model=server.model_name, **common)
-    stack.push_async_callback(chat.aclose)
-    return chat
-
-
-async def _warm_up(models: CascadeModels, settings: Settings) -> None:
-    """First calls to each model are slow (allocation, caches): pay that before callers do.
-
-    The LLM warm-up also puts the system prompt into the server's prompt cache.
-    """
-    import numpy as np
-
-    silence = np.zeros(16000, dtype=np.float32)
-    await asyncio.to_thread(models.stt.transcribe, silence)
-    await asyncio.to_thread(models.end_of_turn.predict, silence)
-    try:
-        # The same layout as a call's first turn: persona, greeting, caller.
-        messages = [{"role": "system", "content": settings.persona()}]
-        if settings.greeting:
-            messages.append({"role": "assistant", "content": settings.greeting})
-        messages.append({"role": "user", "content": "Hello?"})
-        async for _ in models.llm.stream(messages):
-            pass
-    except Exception as exc:  # a remote LLM may be down at start; calls will apologise
-        log.warning("LLM warm-up failed: %s", exc)

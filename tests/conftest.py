@@ -16,8 +16,9 @@ import pytest
 from starlette.applications import Starlette
 
 from agents.cascade.agent import CascadeModels
+from agents.loading import load_models
 from app.main import create_app
-from app.services import Services, load_models
+from app.services import Services
 from app.settings import Settings
 from ops.local_server import ServerThread, free_port
 from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call

@@ -17,11 +17,14 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
 from agents.cascade.llm import free_local_port
-from app.settings import Settings
+from agents.config import EmbeddedLlmSettings
+
+S = TypeVar("S", bound=EmbeddedLlmSettings)
 
 EMBEDDED_LLM_NAME = "local"  # llama.cpp's server answers any model name with its one model
 
@@ -33,7 +36,7 @@ def _end_with_parent() -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def share_embedded_llm(settings: Settings) -> tuple[Settings, dict[str, str]]:
+def share_embedded_llm(settings: S) -> tuple[S, dict[str, str]]:
     """Pin the embedded LLM's port so workers can reach it; their environment to do so.
 
     With LLM_BASE_URL set, workers inherit it and nothing changes.

@@ -21,7 +21,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from agents.config import AgentSettings
 from agents.duplex.backend import DuplexBackend, UnitOutcome
 from agents.duplex.protocol import (
     Error,
@@ -402,21 +403,32 @@ def create_worker_app(
     return app
 
 
-def _backend(name: str, model: str) -> DuplexBackend:
-    from app.settings import Settings
-
-    settings = Settings.from_env()
+def _backend(
+    name: str, model: str, load_settings: Callable[[], AgentSettings] | None
+) -> DuplexBackend:
     if name == "minicpmo":
         from agents.duplex.minicpmo import MiniCPMOBackend
 
         return MiniCPMOBackend(model_id=model)
+    if load_settings is None:
+        # Settings come from whoever starts the worker (app.cli: `offhook worker`), as
+        # agents never import the app.
+        raise SystemExit("the cascade backend needs settings: start it with `offhook worker`")
     from agents.duplex.cascade_backend import SettingsCascadeBackend
 
-    return SettingsCascadeBackend(settings)
+    return SettingsCascadeBackend(load_settings())
 
 
-def worker_main(argv: list[str] | None = None) -> int:
-    """`offhook worker`: serve one duplex backend on one port until stopped."""
+def worker_main(
+    argv: list[str] | None = None,
+    *,
+    load_settings: Callable[[], AgentSettings] | None = None,
+) -> int:
+    """`offhook worker`: serve one duplex backend on one port until stopped.
+
+    `load_settings` reads the settings the cascade backend loads its models with (the
+    app passes `Settings.from_env`); it is called once, before the server starts.
+    """
     import uvicorn
 
     parser = argparse.ArgumentParser(prog="offhook worker", description=__doc__.split("\n")[0])
@@ -429,7 +441,7 @@ def worker_main(argv: list[str] | None = None) -> int:
         "--model", default="openbmb/MiniCPM-o-4_5", help="MiniCPM-o model id or folder"
     )
     args = parser.parse_args(argv)
-    backend = _backend(args.backend, args.model)
+    backend = _backend(args.backend, args.model, load_settings)
     app = create_worker_app(
         backend,
         worker_id=args.worker_id or f"{args.backend}-{args.port}",

@@ -22,6 +22,20 @@ def test_help_exits_cleanly(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--backend" in capsys.readouterr().out
 
 
+def test_the_cascade_backend_takes_its_settings_from_whoever_starts_the_worker() -> None:
+    """agents never import the app: `offhook worker` (app.cli) hands the settings in."""
+    from agents.duplex.cascade_backend import SettingsCascadeBackend
+    from agents.duplex.worker import _backend, worker_main
+    from app.settings import Settings
+
+    with pytest.raises(SystemExit, match="offhook worker"):
+        worker_main(["--backend", "cascade"])
+    settings = Settings.from_env({})
+    backend = _backend("cascade", "", lambda: settings)
+    assert isinstance(backend, SettingsCascadeBackend)
+    assert backend.settings is settings
+
+
 async def test_a_worker_whose_backend_cannot_load_says_so() -> None:
     if importlib.util.find_spec("torch") is not None:
         pytest.skip("torch is importable here: the backend would try to load for real")

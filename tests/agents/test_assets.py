@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import app.assets
-from app.assets import Asset, AssetError, AssetFile, ModelCache
+import agents.assets
+from agents.assets import Asset, AssetError, AssetFile, ModelCache
 
 PART1 = b"first half of the weights;"
 PART2 = b" second half of the weights."
@@ -58,7 +58,7 @@ def _config(sha256: str = _sha256(CONFIG)) -> AssetFile:
 @pytest.fixture
 def install(monkeypatch: pytest.MonkeyPatch) -> Callable[[Asset], None]:
     def _install(asset: Asset) -> None:
-        monkeypatch.setattr(app.assets, "ASSETS", {asset.name: asset})
+        monkeypatch.setattr(agents.assets, "ASSETS", {asset.name: asset})
 
     return _install
 
@@ -137,13 +137,13 @@ def test_a_verified_file_is_not_hashed_again(
     install(_model(_two_part()))
     cache.path("fake-model")
     hashed: list[Path] = []
-    real_sha256_of = app.assets.sha256_of
+    real_sha256_of = agents.assets.sha256_of
 
     def counting_sha256_of(path: Path, chunk: int = 1 << 20) -> str:
         hashed.append(path)
         return real_sha256_of(path, chunk)
 
-    monkeypatch.setattr(app.assets, "sha256_of", counting_sha256_of)
+    monkeypatch.setattr(agents.assets, "sha256_of", counting_sha256_of)
     cache.path("fake-model")
     assert hashed == []
 
@@ -210,7 +210,7 @@ def test_prepare_all_assembles_every_model_and_reports_progress(
 ) -> None:
     weights = Asset("weights", "fake-weights-a fake-weights-b", (_two_part(),), "model.bin")
     config = Asset("config", "fake-weights-a", (_config(),))
-    monkeypatch.setattr(app.assets, "ASSETS", {"weights": weights, "config": config})
+    monkeypatch.setattr(agents.assets, "ASSETS", {"weights": weights, "config": config})
     progress: list[str] = []
     paths = cache.prepare_all(progress.append)
     assert progress == ["weights", "config"]
@@ -221,7 +221,7 @@ def test_prepare_all_assembles_every_model_and_reports_progress(
 
 
 def test_the_packaged_models_pin_a_sha256_for_every_file() -> None:
-    for asset in app.assets.ASSETS.values():
+    for asset in agents.assets.ASSETS.values():
         for item in asset.files:
             assert len(item.sha256) == 64 and int(item.sha256, 16) >= 0, item.name
         assert not asset.entry or asset.entry in {item.name for item in asset.files}

@@ -1,0 +1,112 @@
+"""The settings agents read, as Protocols: agents never import the app's Settings.
+
+`app.settings.Settings` satisfies every one of these structurally; so does any other
+object with the same read-only attributes (a test double, a bench's own config). The
+members are properties so a frozen dataclass matches them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Self
+
+
+class ModelSettings(Protocol):
+    """What `agents.loading.load_models` reads: where the models are and how to run them."""
+
+    @property
+    def model_cache_dir(self) -> str: ...
+
+    @property
+    def model_threads(self) -> int: ...
+
+    @property
+    def stt_model(self) -> str: ...
+
+    @property
+    def stt_language(self) -> str: ...
+
+    @property
+    def tts_voice(self) -> str: ...
+
+    @property
+    def tts_speed(self) -> float: ...
+
+    @property
+    def llm_base_url(self) -> str: ...
+
+    @property
+    def llm_model(self) -> str: ...
+
+    @property
+    def llm_api_key(self) -> str: ...
+
+    @property
+    def llm_max_tokens(self) -> int: ...
+
+    @property
+    def llm_temperature(self) -> float: ...
+
+    @property
+    def llm_timeout_s(self) -> float: ...
+
+    @property
+    def llm_gguf(self) -> str: ...
+
+    @property
+    def llm_embedded_port(self) -> int: ...
+
+    @property
+    def greeting(self) -> str: ...
+
+    @property
+    def apology(self) -> str: ...
+
+    def persona(self) -> str:
+        """The system prompt."""
+        ...
+
+
+class AgentSettings(ModelSettings, Protocol):
+    """What the duplex cascade backend (and so `offhook worker`) reads.
+
+    The turn-taking members are those of `agents.turns.settings.TurnSettings`, so an
+    AgentSettings is also a TurnSettings.
+    """
+
+    @property
+    def vad_threshold(self) -> float: ...
+
+    @property
+    def end_of_turn_threshold(self) -> float: ...
+
+    @property
+    def end_of_turn_min_silence_ms(self) -> int: ...
+
+    @property
+    def end_of_turn_max_silence_ms(self) -> int: ...
+
+    @property
+    def barge_in_min_speech_ms(self) -> int: ...
+
+    @property
+    def echo_margin_db(self) -> float: ...
+
+    @property
+    def history_turns(self) -> int: ...
+
+    @property
+    def reprompt(self) -> str: ...
+
+
+class EmbeddedLlmSettings(Protocol):
+    """What `agents.duplex.local.share_embedded_llm` reads and changes."""
+
+    @property
+    def llm_base_url(self) -> str: ...
+
+    @property
+    def llm_embedded_port(self) -> int: ...
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with `changes` applied."""
+        ...

@@ -1,0 +1,107 @@
+"""Loading the cascade's models once per process: for `offhook serve` and `offhook worker`.
+
+The files come from the verified model cache (agents.assets); what to load and how is
+read from any object with the attributes of `agents.config.ModelSettings`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+
+from agents.assets import STT_ASSETS, ModelCache
+from agents.cascade.agent import CascadeModels, EndOfTurn
+from agents.cascade.llm import ChatModel, EmbeddedLlamaServer, Message, OpenAIChat
+from agents.cascade.stt import WhisperTranscriber
+from agents.cascade.tts import PiperSpeaker
+from agents.config import ModelSettings
+from media.turn import EndOfTurnModel
+
+log = logging.getLogger(__name__)
+
+
+async def load_models(settings: ModelSettings, stack: AsyncExitStack) -> CascadeModels:
+    """Assemble, verify and load every model; start the embedded LLM if none is configured.
+
+    Cleanup of what was started is pushed onto `stack`, so the caller's lifespan closes it.
+    """
+    cache = ModelCache(settings.model_cache_dir)
+    threads = settings.model_threads
+
+    stt_dir = Path(settings.stt_model)
+    if settings.stt_model in STT_ASSETS:
+        stt_dir = await asyncio.to_thread(cache.path, STT_ASSETS[settings.stt_model])
+    voice = Path(settings.tts_voice) if settings.tts_voice else None
+    if voice is None:
+        voice = await asyncio.to_thread(cache.path, "piper-joe-medium")
+    turn_model = await asyncio.to_thread(cache.path, "smart-turn-v3.2")
+
+    llm = await _language_model(settings, cache, stack)
+    stt, tts, eot = await asyncio.gather(
+        asyncio.to_thread(
+            WhisperTranscriber, stt_dir, threads=threads, language=settings.stt_language
+        ),
+        asyncio.to_thread(PiperSpeaker, voice, threads=threads, speed=settings.tts_speed),
+        asyncio.to_thread(EndOfTurnModel, turn_model, threads=1),
+    )
+    # EndOfTurn is a nominal base class that media's model does not (and, media being
+    # below agents, cannot) inherit; it has the one method EndOfTurn asks for.
+    end_of_turn = cast(EndOfTurn, eot)
+    models = CascadeModels(stt=stt, tts=tts, llm=llm, end_of_turn=end_of_turn)
+    for line in (settings.greeting, settings.apology):
+        if line:
+            models.canned[line] = await asyncio.to_thread(tts.synthesize, line)
+    await _warm_up(models, settings)
+    return models
+
+
+async def _language_model(
+    settings: ModelSettings, cache: ModelCache, stack: AsyncExitStack
+) -> ChatModel:
+    if settings.llm_base_url:
+        base_url, model, api_key = settings.llm_base_url, settings.llm_model, settings.llm_api_key
+    else:
+        gguf = Path(settings.llm_gguf) if settings.llm_gguf else None
+        if gguf is None:
+            gguf = await asyncio.to_thread(cache.path, "smollm2-135m-instruct")
+        server = EmbeddedLlamaServer(
+            gguf, port=settings.llm_embedded_port, threads=settings.model_threads
+        )
+        await server.start()
+        stack.push_async_callback(server.stop)
+        base_url, model, api_key = server.base_url, server.model_name, ""
+    chat = OpenAIChat(
+        base_url=base_url,
+        model=model,
+        api_key=api_key,
+        max_tokens=settings.llm_max_tokens,
+        temperature=settings.llm_temperature,
+        first_token_timeout_s=settings.llm_timeout_s,
+    )
+    stack.push_async_callback(chat.aclose)
+    return chat
+
+
+async def _warm_up(models: CascadeModels, settings: ModelSettings) -> None:
+    """First calls to each model are slow (allocation, caches): pay that before callers do.
+
+    The LLM warm-up also puts the system prompt into the server's prompt cache.
+    """
+    silence = np.zeros(16000, dtype=np.float32)
+    await asyncio.to_thread(models.stt.transcribe, silence)
+    await asyncio.to_thread(models.end_of_turn.predict, silence)
+    try:
+        # The same layout as a call's first turn: persona, greeting, caller.
+        messages: list[Message] = [{"role": "system", "content": settings.persona()}]
+        if settings.greeting:
+            messages.append({"role": "assistant", "content": settings.greeting})
+        messages.append({"role": "user", "content": "Hello?"})
+        async for _ in models.llm.stream(messages):
+            pass
+    except Exception as exc:  # a remote LLM may be down at start; calls will apologise
+        log.warning("LLM warm-up failed: %s", exc)
