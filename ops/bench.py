@@ -10,6 +10,9 @@
     offhook bench hearing   calls in every line condition (echo, babble, noise): who the
                             bot hears, WER, own-echo turns, self-clears (ops/bench_hearing.py)
     offhook bench stt       offline: WER and CPU of the front-end and Whisper choices
+    offhook bench lanes     front-end frame latency while the models run, one shared
+                            thread pool vs the front-end lanes and the model scheduler
+                            (ops/bench_lanes.py)
 
 `call` starts the bot in-process on 127.0.0.1 (or dials `--url`), plays a Twilio caller
 with espeak speech through 8 kHz mu-law, and reads every figure off the simulated
@@ -346,7 +349,11 @@ def main(argv: list[str] | None = None) -> int:
     from ops.bench_hearing import add_parsers, bench_hearing, bench_stt
 
     hearing_parsers = add_parsers(sub)
-    for p in (call, frontend, recorder, units, takeover, pool, *hearing_parsers):
+    from ops.bench_lanes import add_parser as add_lanes_parser
+    from ops.bench_lanes import bench_lanes, print_lanes
+
+    lanes = add_lanes_parser(sub)
+    for p in (call, frontend, recorder, units, takeover, pool, *hearing_parsers, lanes):
         p.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     from ops.bench_duplex import bench_pool, bench_takeover
@@ -360,9 +367,11 @@ def main(argv: list[str] | None = None) -> int:
         "pool": bench_pool,
         "hearing": bench_hearing,
         "stt": bench_stt,
+        "lanes": bench_lanes,
     }
     result = runs[args.what](args)
-    _print(f"offhook bench {args.what} — {result['machine']}", result)
+    show = print_lanes if args.what == "lanes" else _print
+    show(f"offhook bench {args.what} — {result['machine']}", result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return 0
