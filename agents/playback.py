@@ -3,20 +3,32 @@
 `Playback` keeps the `PlayoutClock` in step with what was sent, echoed and cleared, so
 at any moment the agent knows whether the caller can hear the bot and, after a barge-in,
 exactly which words were heard.
+
+A caller who starts talking over the bot is answered by `hold()`: Twilio is told to
+`clear` at once, so the bot stops at the caller's ear within a network hop, and what the
+caller had not heard yet is kept. `resume()` sends it again (from a moment before the
+cut, so the caller hears the interrupted word whole) when it was only a "mhm"; `clear()`
+drops it for a real interruption. Audio the reply makes meanwhile waits with the rest.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
+from agents.events import EventSink, MarkEchoed, MarkSent
 from media.codec import mulaw_encode
 from media.playout import Heard, PlayoutClock
 from media.resample import resample
 
 PHONE_RATE = 8000
+# Resumed audio starts this far before where the caller stopped hearing it: the cut
+# word is heard whole, not from its middle.
+RESUME_BACKUP_MS = 250
+_FADE = PHONE_RATE // 200  # 5 ms fade-in on resumed audio: no click at the splice
 
 
 class AudioSink(Protocol):
@@ -25,6 +37,15 @@ class AudioSink(Protocol):
     async def send_media(self, mulaw: bytes) -> None: ...
     async def send_mark(self, name: str) -> None: ...
     async def send_clear(self) -> None: ...
+
+
+@dataclass
+class _Piece:
+    """Audio waiting to be sent (held): 16-bit PCM at 8 kHz with its words."""
+
+    pcm16: np.ndarray
+    text: str
+    turn_id: int
 
 
 class Playback:
@@ -36,7 +57,7 @@ class Playback:
         chunk_ms: int = 100,
         min_latency_ms: int = 0,
         on_played: Callable[[int, np.ndarray], None] | None = None,
-        on_event: Callable[[str, dict[str, object]], None] | None = None,
+        on_event: EventSink | None = None,
     ) -> None:
         self._sink = sink
         self.now = now  # call clock, in 8 kHz samples of caller audio received
@@ -46,32 +67,84 @@ class Playback:
             min_latency=PHONE_RATE * min_latency_ms // 1000,
             learn_latency=min_latency_ms > 0,
         )
-        self._emit = on_event or (lambda _name, _data: None)
+        self._emit = on_event or (lambda _event: None)
         self._chunk = PHONE_RATE * chunk_ms // 1000
         self.first_audio_at: int | None = None  # clock position of the last turn's first chunk
+        self._held: list[_Piece] | None = None  # None: not holding
+        self._held_heard: list[Heard] = []
+        self._held_at = 0
+
+    @property
+    def holding(self) -> bool:
+        return self._held is not None
 
     async def play(self, pcm: np.ndarray, rate: int, text: str, turn_id: int) -> int:
-        """Send one clause; returns the call-clock sample where it is expected to start."""
+        """Send one clause; returns the call-clock sample where it is expected to start.
+
+        While held, the clause waits with the held audio (and the return value is where
+        it would start if resumed now).
+        """
         audio = resample(pcm.astype(np.float32, copy=False), rate, PHONE_RATE)
         pcm16 = np.clip(audio * 32767.0, -32768, 32767).astype(np.int16)
         now = self.now()
+        if self._held is not None:
+            self._held.append(_Piece(pcm16, text, turn_id))
+            return now + self.clock.min_latency + sum(len(p.pcm16) for p in self._held[:-1])
         starts_at = now + self.clock.pending_samples(now)
-        pieces = _share_text(text, len(pcm16), self._chunk)
-        for offset, piece in pieces:
+        await self._send(pcm16, text, turn_id)
+        return starts_at
+
+    async def _send(self, pcm16: np.ndarray, text: str, turn_id: int) -> None:
+        for offset, piece in _share_text(text, len(pcm16), self._chunk):
             chunk = pcm16[offset : offset + self._chunk]
             name = self.clock.new_mark_name()
             await self._sink.send_media(mulaw_encode(chunk))
             await self._sink.send_mark(name)
             self.clock.sent(name, len(chunk), piece, turn_id, self.now(), pcm=chunk)
-            self._emit("mark_sent", {"name": name, "samples": len(chunk)})
-        return starts_at
+            self._emit(MarkSent(mark=name, samples=len(chunk)))
 
     def echoed(self, name: str) -> bool:
         played = self.clock.echoed(name, self.now()) is not None
-        self._emit("mark_echoed", {"name": name, "played": played})
+        self._emit(MarkEchoed(mark=name, played=played))
         return played
 
+    async def hold(self) -> list[Heard]:
+        """Stop the bot at the caller's ear now, keeping what they have not heard."""
+        if self._held is not None:
+            return []
+        now = self.now()
+        rest = self.clock.unplayed(now)
+        # The moment before the cut, which the caller did hear: resumed audio starts
+        # with it (the clock keeps ~1 s of played audio).
+        backup = self.clock.render(now - PHONE_RATE * RESUME_BACKUP_MS // 1000, now)
+        await self._sink.send_clear()
+        self._held_heard = self.clock.cleared(now)
+        self._held_at = now
+        pieces = [_Piece(_pcm16(u.pcm), u.text, u.turn_id) for u in rest]
+        if pieces and np.any(backup):
+            lead = _pcm16(backup[np.argmax(backup != 0) :])
+            pieces.insert(0, _Piece(lead, "", pieces[0].turn_id))
+        if pieces:
+            _fade_in(pieces[0].pcm16)
+        self._held = pieces
+        return self._held_heard
+
+    async def resume(self) -> int:
+        """Send the held audio; returns how long it was held, in 8 kHz samples."""
+        pieces, self._held = self._held, None
+        if pieces is None:
+            return 0
+        for piece in pieces:
+            await self._send(piece.pcm16, piece.text, piece.turn_id)
+        return self.now() - self._held_at
+
     async def clear(self) -> list[Heard]:
+        """Drop everything not yet heard: what the caller heard of each turn."""
+        if self._held is not None:
+            # Twilio was cleared at the hold; what was heard was decided then.
+            self._held = None
+            heard, self._held_heard = self._held_heard, []
+            return heard
         await self._sink.send_clear()
         return self.clock.cleared(self.now())
 
@@ -80,6 +153,17 @@ class Playback:
 
     def reference_level_db(self) -> float:
         return self.clock.reference_level_db(self.now())
+
+
+def _pcm16(audio: np.ndarray) -> np.ndarray:
+    return np.clip(audio * 32768.0, -32768, 32767).astype(np.int16)
+
+
+def _fade_in(pcm16: np.ndarray) -> None:
+    n = min(_FADE, len(pcm16))
+    if n:
+        ramp = np.linspace(0.0, 1.0, n, endpoint=False, dtype=np.float32)
+        pcm16[:n] = (pcm16[:n].astype(np.float32) * ramp).astype(np.int16)
 
 
 def _share_text(text: str, samples: int, chunk: int) -> list[tuple[int, str]]:

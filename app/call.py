@@ -16,13 +16,23 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from agents.cascade.agent import CascadeAgent, CascadeModels, TurnTaking
+from agents.cascade.agent import CascadeAgent, CascadeModels
 from agents.conversation import Conversation
 from agents.duplex.gateway import CallInputs, DuplexAgent
 from agents.duplex.pool import Lease, NoWorker, QueueFull, WorkerPool
+from agents.events import (
+    BargeIn,
+    CallEvent,
+    Error,
+    Fallback,
+    ProtocolErrorEvent,
+    StreamStart,
+    StreamStop,
+)
 from agents.inputs import Digits
 from agents.playback import Playback
 from agents.tasks import cancel_and_wait
+from agents.turns.settings import turn_taking
 from media.codec import float_to_pcm16, mulaw_decode
 from media.echo import REFERENCE_LEAD_MS
 from media.frontend import FrontEnd, FrontEndOutput
@@ -83,23 +93,18 @@ class CallSession:
             models,
             self.playback,
             self.conversation,
-            turn_taking=TurnTaking(
-                end_of_turn_threshold=settings.end_of_turn_threshold,
-                min_silence_ms=settings.end_of_turn_min_silence_ms,
-                max_silence_ms=settings.end_of_turn_max_silence_ms,
-                barge_in_min_speech_ms=settings.barge_in_min_speech_ms,
-                echo_margin_db=settings.echo_margin_db,
-            ),
+            turn_taking=turn_taking(settings),
             metrics=metrics,
             greeting=settings.greeting,
             apology=settings.apology,
+            reprompt=settings.reprompt,
             on_event=self._log_event,
         )
         # Caller audio with the bot audio that played into the caller's room meanwhile.
         self._audio: asyncio.Queue[tuple[bytes, np.ndarray]] = asyncio.Queue()
         self._agent_inputs: asyncio.Queue[FrontEndOutput | Digits | object] = asyncio.Queue()
         self.outcome = "hangup"
-        self.counts = {"barge_in": 0, "backend_error": 0, "protocol_error": 0}
+        self.counts = {"barge_in": 0, "error": 0, "protocol_error": 0}
         self.agent_used = "cascade"
         self.fallbacks: list[str] = []
 
@@ -107,30 +112,33 @@ class CallSession:
         """The call clock: 8 kHz samples of caller audio received (gaps filled)."""
         return self.inbound.position
 
-    def _log_event(self, name: str, data: dict[str, object]) -> None:
-        log.info("call %s: %s %s", self.call_sid, name, data)
-        self._record(name, data)
+    def _log_event(self, event: CallEvent) -> None:
+        log.info("call %s: %s %s", self.call_sid, event.name, event.data())
+        self._record(event)
 
-    def _record(self, name: str, data: dict[str, object]) -> None:
-        if name in self.counts:
-            self.counts[name] += 1
+    def _record(self, event: CallEvent) -> None:
+        match event:
+            case BargeIn():
+                self.counts["barge_in"] += 1
+            case Error():
+                self.counts["error"] += 1
+            case ProtocolErrorEvent():
+                self.counts["protocol_error"] += 1
         if self.recorder is not None:
             try:
-                self.recorder.event(self.now() / 8, name, **data)
+                self.recorder.event(self.now() / 8, event.name, **event.data())
             except (ValueError, TypeError):  # a malformed event must not cost the call
-                log.exception("call %s: event %r not recorded", self.call_sid, name)
+                log.exception("call %s: event %r not recorded", self.call_sid, event.name)
 
     def _record_bot_audio(self, start: int, pcm: object) -> None:
         assert self.recorder is not None
         self.recorder.bot_audio(start, float_to_pcm16(pcm))  # type: ignore[arg-type]
 
     def protocol_error(self, exc: ProtocolError) -> None:
-        self._record("protocol_error", {"kind": str(exc.kind), "error": str(exc)})
+        self._record(ProtocolErrorEvent(kind=str(exc.kind), error=str(exc)))
 
     async def run(self) -> None:
-        self._record(
-            "stream_start", {"stream_sid": self.start.stream_sid, "tracks": list(self.start.tracks)}
-        )
+        self._record(StreamStart(stream_sid=self.start.stream_sid, tracks=list(self.start.tracks)))
         try:
             async with asyncio.TaskGroup() as tasks:
                 frontend = tasks.create_task(self._frontend_loop(), name="frontend")
@@ -146,7 +154,7 @@ class CallSession:
                 log.error("call %s failed", self.call_sid, exc_info=exc)
         finally:
             self.frontend.close()
-            self._record("stream_stop", {"outcome": self.outcome})
+            self._record(StreamStop(outcome=self.outcome))
             await self._close_record()
 
     async def _close_record(self) -> None:
@@ -178,7 +186,7 @@ class CallSession:
         return {
             "turns": sum(1 for t in self.conversation.turns if t.text),
             "barge_ins": self.counts["barge_in"],
-            "errors": self.counts["backend_error"],
+            "errors": self.counts["error"],
             "protocol_errors": self.counts["protocol_error"],
             "mouth_to_mouth_ms": {
                 "p50": latencies[len(latencies) // 2] if latencies else None,
@@ -221,18 +229,27 @@ class CallSession:
         return self.playback.clock.render(end - samples, end)
 
     async def _frontend_loop(self) -> None:
-        while True:
-            batch = [await self._audio.get()]
-            while not self._audio.empty():
-                batch.append(self._audio.get_nowait())
-            # One thread hop per batch: cheap when frames arrive one by one, and it
-            # catches up in one go after a stall.
-            data = b"".join(audio for audio, _ in batch)
-            reference = np.concatenate([far for _, far in batch])
-            started = time.perf_counter()
-            out = await asyncio.to_thread(self.frontend.process, data, reference)
-            self.metrics.frontend_seconds.inc(time.perf_counter() - started)
-            self._agent_inputs.put_nowait(out)
+        from agents.scheduler import FrontEndLane
+
+        # The call's own front-end thread, at normal priority: a frame never queues
+        # behind model inference (agents/scheduler.py) or another call's frames. Closing
+        # it waits for the frame in progress, so `run` frees the front end after it.
+        lane = FrontEndLane(name=f"frontend-{self.call_sid[-8:]}")
+        try:
+            while True:
+                batch = [await self._audio.get()]
+                while not self._audio.empty():
+                    batch.append(self._audio.get_nowait())
+                # One thread hop per batch: cheap when frames arrive one by one, and it
+                # catches up in one go after a stall.
+                data = b"".join(audio for audio, _ in batch)
+                reference = np.concatenate([far for _, far in batch])
+                started = time.perf_counter()
+                out = await lane.run(self.frontend.process, data, reference)
+                self.metrics.frontend_seconds.inc(time.perf_counter() - started)
+                self._agent_inputs.put_nowait(out)
+        finally:
+            await lane.aclose()
 
     async def _serve(self) -> None:
         """Serve the call with a duplex worker when one is free in time, else the cascade."""
@@ -270,5 +287,5 @@ class CallSession:
             return await self.pool.acquire(timeout_s=self.settings.duplex_wait_ms / 1000)
         except (NoWorker, QueueFull) as exc:
             reason = "queue_full" if isinstance(exc, QueueFull) else "no_worker"
-            self._log_event("fallback", {"from": "duplex", "to": "cascade", "reason": reason})
+            self._log_event(Fallback(source="duplex", target="cascade", reason=reason))
             return None

@@ -64,7 +64,8 @@ class Settings:
     system_prompt: str = _env_field(
         "SYSTEM_PROMPT",
         "You are a friendly, helpful phone assistant. Answer in one or two short "
-        "sentences of plain spoken English. No lists, no markdown, no emoji.",
+        "sentences of plain spoken English. No lists, no markdown, no emoji. When the "
+        "caller says goodbye, say a short goodbye.",
         "The persona / system prompt (overridden by SYSTEM_PROMPT_FILE).",
     )
     system_prompt_file: str = _env_field(
@@ -74,6 +75,11 @@ class Settings:
         "APOLOGY_TEXT",
         "Sorry, I'm having trouble right now. Could you say that again?",
         "Spoken when a model backend fails mid-call.",
+    )
+    reprompt: str = _env_field(
+        "REPROMPT_TEXT",
+        "Sorry, I didn't catch that. Could you say it again?",
+        "Spoken when the caller said something that could not be made out.",
     )
     history_turns: int = _env_field(
         "HISTORY_TURNS", 12, "Conversation turns kept in the LLM context (compact = fast)."
@@ -116,9 +122,9 @@ class Settings:
     barge_in_min_speech_ms: int = _env_field(
         "BARGE_IN_MIN_SPEECH_MS",
         600,
-        "Caller speech over the bot needed to interrupt it (from speech onset). Shorter "
-        "speech (a backchannel such as 'mhm' or 'okay') lets the bot go on. Lower it for "
-        "a faster stop at the cost of stopping on backchannels.",
+        "Caller speech over the bot that interrupts it whatever its words (from speech "
+        "onset). The bot's audio stops at the caller's first loud words anyway (a hold); "
+        "shorter speech whose words are a backchannel ('mhm', 'okay') lets it go on.",
     )
     echo_margin_db: float = _env_field(
         "ECHO_MARGIN_DB",

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["ChunkRecord", "Heard", "PlayoutClock"]
+__all__ = ["ChunkRecord", "Heard", "PlayoutClock", "Unplayed"]
 
 _SILENCE_DB = -120.0
 _FRAME = 160  # one 20 ms media frame at 8 kHz: slack for audible()
@@ -37,6 +37,15 @@ class ChunkRecord:
     expected_end: int
     pcm: np.ndarray | None = field(default=None, repr=False)  # float32, only while needed
     fresh: bool = False  # sent to an idle line: its echo tells how long playing takes
+
+
+@dataclass(frozen=True)
+class Unplayed:
+    """The part of a chunk the caller had not heard yet (float32), with its words."""
+
+    turn_id: int
+    text: str
+    pcm: np.ndarray = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -220,6 +229,25 @@ class PlayoutClock:
             )
             for turn_id, truncated in touched.items()
         ]
+
+    def unplayed(self, now: int) -> list[Unplayed]:
+        """What of the pending audio has not played by `now`: asked just before a clear
+        that may be undone (a hold), so the rest can be sent again."""
+        rest = []
+        for chunk in self._pending.values():
+            played = min(chunk.samples, max(0, now - chunk.expected_start))
+            if played >= chunk.samples or chunk.pcm is None:
+                continue
+            fraction = played / chunk.samples if chunk.samples else 1.0
+            heard = _cut_at_word(chunk.text, fraction) if played else ""
+            rest.append(
+                Unplayed(
+                    turn_id=chunk.turn_id,
+                    text=chunk.text[len(heard) :].strip(),
+                    pcm=chunk.pcm[played:].copy(),
+                )
+            )
+        return rest
 
     def audible(self, now: int) -> bool:
         """Bot audio is (expected to be) playing: unechoed chunks scheduled past now."""

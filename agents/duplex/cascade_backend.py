@@ -1,13 +1,14 @@
 """The CPU duplex backend: the cascade (VAD → Smart Turn → Whisper → LLM → Piper) on units.
 
-A light controller runs on every unit: Silero VAD over the unit, kept across units. The
-heavy models wake only when there is content: the end-of-turn model once the caller has
-paused, Whisper + LLM + Piper once the turn is complete. The LLM writes in the background
+Turn taking is the shared engine (agents/turns), the same as the in-process cascade's,
+fed the gateway's speech windows (or Silero over the unit). The heavy models wake only
+when there is content: the end-of-turn model and Whisper once the caller has paused, the
+LLM and Piper once the turn is complete. The LLM writes in the background
 while the reply is handed out clause by clause: each unit carries just enough new audio to
 keep a unit's worth queued ahead of the caller, so the first words go out as soon as the
-first clause is synthesised, not when the whole reply is written. Caller speech over the
-bot long enough to be a barge-in drops what is left and says so (`yielded`), and the bot's
-history turn is cut to what was already sent.
+first clause is synthesised, not when the whole reply is written. An interruption (by its
+length, or by words that are not a backchannel) drops what is left and says so
+(`yielded`), and the bot's history turn is cut to what the caller heard of it.
 
 Time is counted in samples of caller audio, never wall clock.
 """
@@ -21,23 +22,43 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from agents.cascade.agent import CascadeModels, sounds_finished
+from agents.cascade.agent import CascadeModels
 from agents.cascade.clauses import ClauseSplitter
 from agents.cascade.llm import ChatModel, Message
-from agents.cascade.stt import SpeechToText
+from agents.cascade.stt import SpeechToText, assess
 from agents.cascade.tts import TextToSpeech
 from agents.conversation import keypad_text
 from agents.duplex.backend import UnitOutcome
 from agents.duplex.protocol import CALLER_RATE, Prepare
 from agents.errors import BackendError
+from agents.turns.audio import CallerAudio
+from agents.turns.engine import (
+    Answer,
+    Clear,
+    Decision,
+    DropEvaluation,
+    Evaluate,
+    Evaluation,
+    Frame,
+    Hearing,
+    Hold,
+    Reopen,
+    Reprompt,
+    Resume,
+    TurnEngine,
+    TurnState,
+    TurnTaking,
+)
+from agents.turns.settings import turn_taking
+from media.vad import VadEvent, VoiceActivity
 
 if TYPE_CHECKING:
-    from app.settings import Settings
+    from agents.config import AgentSettings
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +81,8 @@ class StreamingVad(Protocol):
 @dataclass(frozen=True, slots=True)
 class CascadeDuplexConfig:
     vad_threshold: float = 0.5
-    end_of_turn_threshold: float = 0.5
-    min_silence_ms: int = 300  # pause before the end-of-turn model is asked
-    max_silence_ms: int = 1000  # pause that ends the turn whatever the model says
-    barge_in_ms: int = 400  # caller speech in one unit that stops the bot
+    # Whose turn it is: the same engine and settings as the in-process cascade.
+    turn_taking: TurnTaking = field(default_factory=TurnTaking)
     backchannel: bool = False  # say "mhm" during long caller monologues
     backchannel_after_ms: int = 8000
     backchannel_text: str = "mhm"
@@ -75,10 +94,16 @@ class CascadeDuplexConfig:
     unit_budget: float = 0.8
     # Said when the LLM fails or writes nothing speakable: never silence after a turn.
     apology: str = ""
+    # Said when the caller spoke and could not be made out.
+    reprompt: str = "Sorry, I didn't catch that. Could you say it again?"
 
     def with_overrides(self, overrides: dict[str, Any]) -> CascadeDuplexConfig:
-        """Apply Prepare.config keys that name fields; other keys are for other backends."""
+        """Apply Prepare.config keys that name fields (of this config or of its turn
+        taking); other keys are for other backends."""
         known = {k: v for k, v in overrides.items() if k in self.__dataclass_fields__}
+        turns = {k: v for k, v in overrides.items() if k in TurnTaking.__dataclass_fields__}
+        if turns:
+            known["turn_taking"] = replace(self.turn_taking, **turns)
         return replace(self, **known)
 
 
@@ -150,7 +175,13 @@ class ReplyStream:
 
 
 class CascadeDuplexBackend:
-    """The cascade behind the duplex unit loop. Takes loaded components (fakes in tests)."""
+    """The cascade behind the duplex unit loop. Takes loaded components (fakes in tests).
+
+    Turn taking is the shared engine (agents/turns), fed one 32 ms speech window at a
+    time. The unit protocol cannot hold the gateway's playback, so a hold here only
+    starts the engine's decision: a backchannel lets the bot go on, an interruption
+    yields the unit (the gateway clears Twilio).
+    """
 
     name = "cascade"
     keypad_input = True
@@ -175,12 +206,12 @@ class CascadeDuplexBackend:
         self._reset(Prepare(system_prompt=""))
 
     @classmethod
-    async def from_settings(cls, settings: Settings) -> CascadeDuplexBackend:
+    async def from_settings(cls, settings: AgentSettings) -> CascadeDuplexBackend:
         """Load the real models from the model cache, as `offhook serve` does.
 
         Starts the embedded llama.cpp server when no LLM_BASE_URL is set; `aclose` stops it.
         """
-        from app.services import load_models
+        from agents.loading import load_models
         from media.vad import SileroVad
 
         stack = AsyncExitStack()
@@ -191,10 +222,10 @@ class CascadeDuplexBackend:
             raise
         config = CascadeDuplexConfig(
             vad_threshold=settings.vad_threshold,
-            end_of_turn_threshold=settings.end_of_turn_threshold,
-            max_silence_ms=settings.end_of_turn_max_silence_ms,
+            turn_taking=turn_taking(settings),
             history_turns=settings.history_turns,
             apology=settings.apology,
+            reprompt=settings.reprompt,
         )
         # The gateway's front end has cancelled the bot's echo in the audio it sends.
         backend = cls.from_models(models, vad_factory=SileroVad, config=config)
@@ -248,36 +279,42 @@ class CascadeDuplexBackend:
             else await asyncio.to_thread(self._vad.process, audio)
         )
         timings["vad"] = (time.perf_counter() - started) * 1000
-        speech_in_unit = self._track_speech(probs)
+        self._audio.add(self._position, audio)
         was_playing = self._reply is not None or self._playing_samples > 0
-        # The bot's audio plays while this unit was captured.
-        self._playing_samples = max(0, self._playing_samples - audio.size)
 
         if self._keys:
             self._keys_quiet += audio.size
             if self._keys_quiet >= self._samples(self.config.keypad_timeout_ms):
+                self._advance(audio.size)
                 return self._outcome(await self._answer_keys(timings, interrupting=was_playing))
 
-        if was_playing and speech_in_unit >= self._samples(self.config.barge_in_ms):
-            self._yield_turn()
-            self._utterance = [audio]
-            return self._outcome(UnitOutcome(yielded=True, timings=timings))
-
-        if self._reply is not None:
-            # Speech too short to be a barge-in ("mhm", echo) lets the bot go on.
-            return self._outcome(await self._next_piece(timings))
-
-        if self._utterance or speech_in_unit:
-            self._utterance.append(audio)
-        if not self._utterance:
-            return self._outcome(UnitOutcome(timings=timings))
-
-        if self._trailing_silence < self._samples(self.config.min_silence_ms):
-            return self._outcome(await self._maybe_backchannel(timings))
-        heard = await self._turn_complete(timings)
-        if heard is None:
-            return self._outcome(UnitOutcome(timings=timings))
-        return self._outcome(await self._respond(heard, timings))
+        outcome = UnitOutcome(timings=timings)
+        window = max(1, audio.size // max(1, len(probs))) if probs else audio.size
+        for index, prob in enumerate(probs or [0.0]):
+            end = self._position + min(audio.size, (index + 1) * window)
+            samples = end - max(self._position + index * window, 0)
+            # The bot's audio plays while this unit was captured.
+            self._playing_samples = max(0, self._playing_samples - samples)
+            frame = Frame(
+                end=end,
+                samples=samples,
+                events=_events(self._activity.update(prob, end)),
+                level_db=0.0,  # the gateway's gate has judged loudness already
+                bot_audible=self._playing_samples > 0,
+            )
+            await self._apply(self.engine.frame(frame), outcome, timings)
+            talking = self.engine.position - max(
+                self._speech_run_start, self.engine.utterance_start
+            )
+            if self.engine.state is TurnState.CALLER and talking > self._samples(
+                self.config.backchannel_after_ms
+            ):
+                await self._maybe_backchannel(outcome)
+        self._advance(audio.size)
+        if self._reply is not None and outcome.action == "listen" and not outcome.yielded:
+            piece = await self._next_piece(timings)
+            _merge(outcome, piece)
+        return self._outcome(outcome)
 
     async def keypad(self, digits: str) -> None:
         """Key presses gather until the caller stops pressing; then they are a turn."""
@@ -308,90 +345,129 @@ class CascadeDuplexBackend:
         if getattr(self, "_reply", None) is not None:
             self._reply.cancel()
         self.config = self._base_config.with_overrides(request.config)
+        self.engine = TurnEngine(self.config.turn_taking)
+        self._activity = VoiceActivity(
+            512, CALLER_RATE, start_threshold=self.config.vad_threshold, min_silence_ms=64
+        )
         self._system = request.system_prompt
         self._history: list[Message] = [dict(m) for m in request.history]
         self._turns: list[Message] = []
         self._vad = self._vad_factory()
-        self._utterance: list[np.ndarray] = []
-        self._trailing_silence = 0  # samples of non-speech since the last speech window
-        self._run_speech = 0  # caller speech since the last pause or backchannel
+        self._audio = CallerAudio(CALLER_RATE)
+        self._position = 0  # caller samples received
+        self._speech_run_start = 0  # for the "mhm" backchannel the bot may say itself
         self._unit_samples = max(1, request.unit_ms) * CALLER_RATE // 1000
         self._unit_due = 0.0  # perf_counter time by which this unit's result should be out
         self._reply: ReplyStream | None = None  # the reply being written and handed out
-        self._sent_text: list[str] = []  # reply text already handed out
+        self._sent: list[tuple[str, int]] = []  # reply text handed out, with its samples
         self._playing_samples = 0  # bot audio handed out and not yet played (caller clock)
         self._keys = ""  # keypad digits not yet answered
         self._keys_quiet = 0  # caller samples since the last key press
 
+    def _advance(self, samples: int) -> None:
+        self._position += samples
+        engine = self.engine
+        keep = engine.position - 2 * CALLER_RATE
+        if engine.state not in (TurnState.LISTENING, TurnState.BOT):
+            keep = min(keep, engine.utterance_start)
+        self._audio.keep_from(keep)
+
     def _samples(self, ms: int) -> int:
         return ms * CALLER_RATE // 1000
 
-    def _track_speech(self, probs: Sequence[float]) -> int:
-        """Update the pause tracking; return the samples of speech in this unit."""
-        window = self._vad.window_samples
-        speech = 0
-        for p in probs:
-            if p >= self.config.vad_threshold:
-                speech += window
-                self._trailing_silence = 0
-                self._run_speech += window
-            else:
-                self._trailing_silence += window
-                if self._trailing_silence >= self._samples(self.config.min_silence_ms):
-                    self._run_speech = 0
-        return speech
+    async def _apply(
+        self, decisions: list[Decision], outcome: UnitOutcome, timings: dict[str, float]
+    ) -> None:
+        for decision in decisions:
+            match decision:
+                case Evaluate():
+                    result = await self._evaluate(decision, timings)
+                    if result is None:
+                        await self._apply(self.engine.failed(decision.end), outcome, timings)
+                        if self.config.apology and self.engine.state is TurnState.LISTENING:
+                            _merge(outcome, await self._reply_to("", timings, canned=True))
+                    else:
+                        await self._apply(self.engine.evaluated(result), outcome, timings)
+                case Answer():
+                    self._speech_run_start = self.engine.position
+                    _merge(outcome, await self._reply_to(decision.text, timings))
+                case Reprompt():
+                    _merge(outcome, await self._say(self.config.reprompt, timings))
+                case Reopen():
+                    if self._reply is not None:
+                        self._reply.cancel()
+                        self._reply = None
+                    if decision.restore and self._turns and self._turns[-1]["role"] == "user":
+                        self._turns.pop()
+                    self.engine.reply_done()
+                case Clear():
+                    self._yield_turn()
+                    outcome.yielded = True
+                case DropEvaluation() | Hold() | Resume():
+                    pass  # evaluations run inline; the gateway plays on while deciding
 
-    async def _maybe_backchannel(self, timings: dict[str, float]) -> UnitOutcome:
-        if not self.config.backchannel:
-            return UnitOutcome(timings=timings)
-        if self._run_speech <= self._samples(self.config.backchannel_after_ms):
-            return UnitOutcome(timings=timings)
-        self._run_speech = 0
+    async def _evaluate(self, ticket: Evaluate, timings: dict[str, float]) -> Evaluation | None:
+        """End-of-turn model and Whisper side by side on the utterance (None: failed)."""
+        utterance = self._audio.slice(ticket.start, ticket.end)
+        started = time.perf_counter()
+        try:
+            prob, transcript = await asyncio.gather(
+                asyncio.to_thread(self.end_of_turn.predict, utterance),
+                asyncio.to_thread(self.stt.transcribe, utterance),
+            )
+        except Exception as exc:  # a failed model costs this turn an apology, not the session
+            log.warning("evaluating the caller's turn failed: %s", exc)
+            return None
+        finally:
+            timings["eot_stt"] = (time.perf_counter() - started) * 1000
+        return Evaluation(
+            end=ticket.end,
+            probability=float(prob),
+            text=transcript.text.strip(),
+            hearing=Hearing(assess(transcript, speech_ms=ticket.speech_ms).value),
+            capped=ticket.capped,
+        )
+
+    async def _maybe_backchannel(self, outcome: UnitOutcome) -> None:
+        """The bot's own "mhm" while the caller talks on and on (off by default)."""
+        if not self.config.backchannel or outcome.action != "listen":
+            return
+        self._speech_run_start = self.engine.position
         audio = await asyncio.to_thread(self.tts.synthesize, self.config.backchannel_text)
+        outcome.action = "backchannel"
+        outcome.text = self.config.backchannel_text
+        outcome.audio = audio
+        outcome.sample_rate = self.tts.sample_rate
+
+    async def _say(self, text: str, timings: dict[str, float]) -> UnitOutcome:
+        """A fixed line (the reprompt): its own bot turn, kept in history."""
+        self.engine.reply_started()
+        started = time.perf_counter()
+        audio = await asyncio.to_thread(self.tts.synthesize, text)
+        timings["tts"] = (time.perf_counter() - started) * 1000
+        self._turns.append({"role": "assistant", "content": text})
+        self._playing_samples += audio.size * CALLER_RATE // self.tts.sample_rate
+        self.engine.reply_audible()
+        self.engine.reply_done()
         return UnitOutcome(
-            action="backchannel",
-            text=self.config.backchannel_text,
+            action="speak",
+            text=text,
             audio=audio,
             sample_rate=self.tts.sample_rate,
+            end_of_turn=True,
             timings=timings,
         )
 
-    async def _turn_complete(self, timings: dict[str, float]) -> str | None:
-        """What the caller said, once their turn is over; None while it is not.
-
-        As in the in-process cascade, the end-of-turn model and Whisper run side by side
-        at a pause: the turn is over when the model is sure, or when it leans "maybe"
-        and Whisper heard a finished sentence (flat prosody scores low on the model even
-        for complete questions), or after the longest pause whatever they say.
-        """
-        utterance = np.concatenate(self._utterance)
-        started = time.perf_counter()
-        prob, transcript = await asyncio.gather(
-            asyncio.to_thread(self.end_of_turn.predict, utterance),
-            asyncio.to_thread(self.stt.transcribe, utterance),
-        )
-        timings["eot_stt"] = (time.perf_counter() - started) * 1000
-        text = transcript.text.strip()
-        threshold = self.config.end_of_turn_threshold
-        if not (
-            self._trailing_silence >= self._samples(self.config.max_silence_ms)
-            or prob >= threshold
-            or (prob >= threshold / 5 and sounds_finished(text))
-        ):
-            return None
-        self._utterance = []
-        return text
-
-    async def _respond(self, caller_text: str, timings: dict[str, float]) -> UnitOutcome:
-        if not caller_text:
-            return UnitOutcome(timings=timings)
-        return await self._reply_to(caller_text, timings)
-
-    async def _reply_to(self, caller_text: str, timings: dict[str, float]) -> UnitOutcome:
+    async def _reply_to(
+        self, caller_text: str, timings: dict[str, float], *, canned: bool = False
+    ) -> UnitOutcome:
         """Start the reply to the caller's turn; its first piece goes out with this unit."""
+        if canned:
+            return await self._say(self.config.apology, timings)
         self._turns.append({"role": "user", "content": caller_text})
+        self.engine.reply_started()
         self._reply = ReplyStream(self.llm, self.messages)
-        self._sent_text = []
+        self._sent = []
         outcome = await self._next_piece(timings)
         outcome.caller_text = caller_text
         return outcome
@@ -402,7 +478,7 @@ class CascadeDuplexBackend:
         self._keys, self._keys_quiet = "", 0
         if interrupting:
             self._yield_turn()
-        self._utterance = []
+        self.engine.caller_reset()
         outcome = await self._reply_to(text, timings)
         outcome.yielded = interrupting
         return outcome
@@ -442,7 +518,7 @@ class CascadeDuplexBackend:
             pieces.append(audio)
             queued += audio.size * CALLER_RATE // self.tts.sample_rate
         finished = finished or self._reply.over
-        if finished and not texts and not self._sent_text and self.config.apology:
+        if finished and not texts and not self._sent and self.config.apology:
             started = time.perf_counter()
             pieces.append(await asyncio.to_thread(self.tts.synthesize, self.config.apology))
             synthesised += time.perf_counter() - started
@@ -450,14 +526,18 @@ class CascadeDuplexBackend:
             queued += pieces[-1].size * CALLER_RATE // self.tts.sample_rate
         timings["llm"] = waited * 1000
         timings["tts"] = synthesised * 1000
-        self._sent_text.extend(texts)
+        for text, audio in zip(texts, pieces, strict=True):
+            self._sent.append((text, audio.size * CALLER_RATE // self.tts.sample_rate))
         self._playing_samples = queued
-        spoke = bool(self._sent_text)
+        if texts:
+            self.engine.reply_audible()
+        spoke = bool(self._sent)
         if finished:
             self._reply = None
+            self.engine.reply_done()
             if spoke:
-                self._turns.append({"role": "assistant", "content": " ".join(self._sent_text)})
-            self._sent_text = []
+                self._turns.append({"role": "assistant", "content": _joined(self._sent)})
+            self._sent = []
         if not texts:
             # The LLM ended its reply after the last clause went out, or said nothing.
             return UnitOutcome(end_of_turn=finished and spoke, timings=timings)
@@ -471,19 +551,59 @@ class CascadeDuplexBackend:
         )
 
     def _yield_turn(self) -> None:
-        """The caller barged in: drop the rest; history keeps only what was sent."""
+        """The caller barged in: drop the rest; history keeps what the caller heard.
+
+        What is still queued ahead of the caller (`_playing_samples`) was not heard: the
+        words are cut from the end in proportion to time, as the gateway's clock does.
+        """
         if self._reply is not None:
             self._reply.cancel()
             self._reply = None
-        if self._sent_text:
-            self._turns.append({"role": "assistant", "content": " ".join(self._sent_text)})
-        self._sent_text = []
+        heard = _heard(self._sent, self._playing_samples)
+        if heard:
+            self._turns.append({"role": "assistant", "content": heard + " —"})
+        self._sent = []
         self._playing_samples = 0
-        self._run_speech = 0
+        self.engine.reply_done()
 
     def _outcome(self, outcome: UnitOutcome) -> UnitOutcome:
         outcome.context_len = len(self.messages)
         return outcome
+
+
+def _events(event: VadEvent | None) -> list[VadEvent]:
+    return [] if event is None else [event]
+
+
+def _joined(sent: list[tuple[str, int]]) -> str:
+    return " ".join(text for text, _ in sent)
+
+
+def _heard(sent: list[tuple[str, int]], unplayed: int) -> str:
+    """The words of `sent` heard when its last `unplayed` samples were not."""
+    total = sum(samples for _, samples in sent)
+    played = max(0, total - unplayed)
+    words: list[str] = []
+    for text, samples in sent:
+        if played <= 0:
+            break
+        share = min(1.0, played / samples) if samples else 1.0
+        parts = text.split()
+        words += parts[: int(len(parts) * share)]
+        played -= samples
+    return " ".join(words)
+
+
+def _merge(outcome: UnitOutcome, other: UnitOutcome) -> None:
+    """Fold what a decision produced into the unit's outcome."""
+    if other.action != "listen":
+        outcome.action = other.action
+        outcome.text = other.text
+        outcome.audio = other.audio
+        outcome.sample_rate = other.sample_rate
+    outcome.end_of_turn = outcome.end_of_turn or other.end_of_turn
+    outcome.caller_text = outcome.caller_text or other.caller_text
+    outcome.yielded = outcome.yielded or other.yielded
 
 
 class SettingsCascadeBackend:
@@ -496,7 +616,7 @@ class SettingsCascadeBackend:
     name = "cascade"
     keypad_input = True
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: AgentSettings) -> None:
         self.settings = settings
         self._inner: CascadeDuplexBackend | None = None
 

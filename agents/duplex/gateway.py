@@ -28,6 +28,7 @@ from agents.conversation import Conversation, Speaker, Turn
 from agents.duplex.client import WorkerDied, WorkerError, WorkerSession, WorkerStalled
 from agents.duplex.handover import UnansweredInput
 from agents.duplex.protocol import Prepare, Result, pcm16_array
+from agents.events import BargeIn, BotTurn, CallerTurn, EventSink, Fallback
 from agents.inputs import Digits
 from agents.playback import Playback
 from media.frontend import FrontEndOutput
@@ -88,7 +89,7 @@ class DuplexAgent:
         greeting_rate: int = 22050,
         greeting: str = "",
         stall_grace_s: float = 1.0,
-        on_event: Callable[[str, dict[str, object]], None] | None = None,
+        on_event: EventSink | None = None,
     ) -> None:
         self.lease = lease
         self.playback = playback
@@ -101,7 +102,7 @@ class DuplexAgent:
         self._greeting_pcm = greeting_pcm
         self._greeting_rate = greeting_rate
         self._stall_grace_s = stall_grace_s
-        self._emit = on_event or (lambda _name, _data: None)
+        self._emit: EventSink = on_event or (lambda _event: None)
         self._session = WorkerSession()
         self._bot_turn: Turn | None = None
         self._sent_at: dict[int, float] = {}
@@ -138,7 +139,7 @@ class DuplexAgent:
         self.lease.release(healthy=False)
         if self._metrics is not None:
             self._metrics.fallbacks.labels(reason=reason).inc()
-        self._emit("fallback", {"from": "duplex", "to": "cascade", "reason": reason})
+        self._emit(Fallback(source="duplex", target="cascade", reason=reason))
         log.warning(
             "duplex worker %s failed (%s): the call continues on the cascade",
             self.lease.url,
@@ -207,13 +208,15 @@ class DuplexAgent:
         if result.caller_text:
             self._unanswered.answered()
             self.conversation.add_caller(result.caller_text)
-            self._emit("caller_turn", {"text": result.caller_text})
+            self._emit(CallerTurn(text=result.caller_text))
         elif result.yielded:
             self._unanswered.barged_in()
         if result.yielded and self.playback.audible():
             for heard in await self.playback.clear():
                 self.conversation.heard(heard.turn_id, heard.text)
-                self._emit("barge_in", {"turn_id": heard.turn_id, "heard": heard.text})
+                self._emit(
+                    BargeIn(turn_id=heard.turn_id, heard=heard.text, truncated=heard.truncated)
+                )
             self._bot_turn = None
         if result.action in ("speak", "backchannel") and result.audio:
             if self._bot_turn is None:
@@ -225,7 +228,12 @@ class DuplexAgent:
             if not turn.truncated:
                 turn.text = turn.intended
         if result.end_of_turn and self._bot_turn is not None:
-            self._emit("bot_turn", {"turn_id": self._bot_turn.turn_id, "text": self._bot_turn.text})
+            turn = self._bot_turn
+            self._emit(
+                BotTurn(
+                    turn_id=turn.turn_id, text=turn.text, intended=turn.intended, truncated=False
+                )
+            )
             self._bot_turn = None
 
 

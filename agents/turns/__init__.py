@@ -1,0 +1,1 @@
+"""Turn taking: one engine deciding whose turn it is, driven by every agent."""

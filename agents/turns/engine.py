@@ -1,0 +1,604 @@
+"""The turn-taking engine: whose turn it is, decided from what was heard and played.
+
+Pure and clocked in samples of the front end's 16 kHz output: it starts no task, reads
+no clock and touches no model. Its driver (the in-process cascade agent, the duplex
+`cascade` backend) feeds it what happened — front-end frames with their speech events,
+end-of-turn evaluations, what the bot is doing — and carries out the typed decisions it
+returns: evaluate the turn so far, commit it and reply, ask the caller to repeat, hold
+the bot's audio, resume it, or clear it and cut the bot's turn to what was heard.
+
+Over the bot, the caller's first loud words HOLD the bot (what is queued at Twilio is
+cleared and kept) so it stops within a few frames of their onset. A backchannel ("mhm",
+"okay") or a noise RESUMES it from where the caller stopped hearing it; speech that goes
+on, or short words that are not a backchannel ("stop", "no, Saturday"), make it an
+interruption: the rest is dropped and the caller has the turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from agents.events import (
+    Backchannel,
+    CallEvent,
+    EchoIgnored,
+    EndOfTurn,
+    EventSink,
+    NotSpeech,
+    SpeechStart,
+    SpeechStop,
+    TurnCapped,
+)
+from agents.turns.text import is_backchannel, looks_unfinished, sounds_finished
+from media.vad import SpeechStarted, SpeechStopped, VadEvent
+
+__all__ = [
+    "Answer",
+    "Clear",
+    "Decision",
+    "DropEvaluation",
+    "Evaluate",
+    "Evaluation",
+    "Frame",
+    "Hearing",
+    "Hold",
+    "IllegalTransition",
+    "Reopen",
+    "Reprompt",
+    "Resume",
+    "TurnEngine",
+    "TurnState",
+    "TurnTaking",
+]
+
+RATE = 16000
+
+
+@dataclass(frozen=True, slots=True)
+class TurnTaking:
+    """Every turn-taking setting; both agents read all of them."""
+
+    end_of_turn_threshold: float = 0.5
+    min_silence_ms: int = 200  # a finished-sounding turn is answered after this pause
+    max_silence_ms: int = 1000  # ...and any turn after this one
+    # A turn whose words stop where a sentence cannot ("a table for", "and...") is given
+    # this long: people pause mid-sentence for up to ~1.5 s to think or read.
+    unfinished_max_silence_ms: int = 2000
+    # A statement (not a question) the end-of-turn model is unsure of waits this long:
+    # a sentence can be the first of several.
+    statement_min_silence_ms: int = 600
+    # Someone talking for this long (reading out, explaining) pauses between sentences
+    # that each sound finished: only a question, or this much quiet, ends the turn.
+    long_turn_s: float = 4.0
+    long_turn_min_silence_ms: int = 1200
+    barge_in_min_speech_ms: int = 600  # speech over the bot this long is an interruption
+    # Loud speech over the bot this long holds the bot's audio (within ~0.15 s of onset).
+    hold_min_speech_ms: int = 60
+    # Short speech over the bot (a held bot) that is shorter than this and whose words
+    # are a backchannel lets the bot go on.
+    backchannel_max_ms: int = 1200
+    echo_margin_db: float = 12.0
+    # An interruption stands this far above the call's background (babble, a TV): the
+    # background's own bursts, which speech detection may also call speech, never stop
+    # the bot.
+    barge_in_over_floor_db: float = 10.0
+    preroll_ms: int = 300
+    # A turn this long with no pause at all is judged without one at this length, and
+    # again every `recheck_s`; past the hard cap it is answered whatever they say.
+    max_utterance_s: float = 20.0
+    recheck_s: float = 5.0
+    hard_max_utterance_s: float = 60.0
+    # Speech shorter than this is not a turn when its transcript is empty (a cough).
+    min_reprompt_speech_ms: int = 250
+    digit_timeout_ms: int = 800
+
+
+class TurnState(Enum):
+    LISTENING = "listening"  # nobody talking, nothing owed
+    CALLER = "caller"  # the caller has the floor (speaking or pausing)
+    REPLYING = "replying"  # the caller's turn is committed; the reply is not heard yet
+    BOT = "bot"  # the bot is talking (or about to, from the caller's side)
+    OVERLAP = "overlap"  # the caller started speaking over the bot
+    HELD = "held"  # ...loud enough that the bot's audio is stopped while we decide
+
+
+class Hearing(Enum):
+    """What the transcript's evidence says about an utterance."""
+
+    HEARD = "heard"  # words to answer
+    UNCLEAR = "unclear"  # there was speech but no reliable words: ask again
+    NOTHING = "nothing"  # no speech after all (noise, a cough, a click)
+
+
+_ALLOWED: dict[TurnState, frozenset[TurnState]] = {
+    TurnState.LISTENING: frozenset({TurnState.CALLER, TurnState.BOT, TurnState.REPLYING}),
+    TurnState.CALLER: frozenset({TurnState.LISTENING, TurnState.REPLYING, TurnState.BOT}),
+    TurnState.REPLYING: frozenset(
+        {TurnState.CALLER, TurnState.BOT, TurnState.LISTENING, TurnState.REPLYING}
+    ),
+    TurnState.BOT: frozenset(
+        {TurnState.LISTENING, TurnState.OVERLAP, TurnState.REPLYING, TurnState.BOT}
+    ),
+    TurnState.OVERLAP: frozenset(
+        {TurnState.BOT, TurnState.HELD, TurnState.CALLER, TurnState.LISTENING, TurnState.REPLYING}
+    ),
+    TurnState.HELD: frozenset(
+        {TurnState.BOT, TurnState.CALLER, TurnState.LISTENING, TurnState.REPLYING}
+    ),
+}
+
+
+class IllegalTransition(RuntimeError):
+    pass
+
+
+# --- inputs ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One batch of front-end output, with what the bot was doing meanwhile."""
+
+    end: int  # 16 kHz sample just after this batch
+    samples: int
+    events: Sequence[VadEvent] = ()
+    level_db: float = 0.0  # the caller's side, echo removed
+    noise_floor_db: float = -120.0
+    echo_settled: bool = True
+    bot_audible: bool = False  # bot audio is at the caller's ear now
+    bot_level_db: float = -120.0  # its level there
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """The end-of-turn model and the transcript on the utterance up to `end`."""
+
+    end: int
+    probability: float
+    text: str
+    hearing: Hearing
+    capped: bool = False
+
+
+# --- decisions ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluate:
+    """Judge the utterance [start, end): end-of-turn model and transcript, in the background."""
+
+    start: int
+    end: int
+    capped: bool = False
+    speech_ms: int = 0  # of it, speech (pauses excluded): evidence for the transcript
+
+
+@dataclass(frozen=True, slots=True)
+class DropEvaluation:
+    """The caller went on: whatever evaluation is running is void."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """Commit the caller's turn [start, end) with `text`, and reply to it."""
+
+    text: str
+    start: int
+    end: int
+    silence_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reprompt:
+    """The caller spoke and was not made out: ask them, briefly, to say it again."""
+
+    reason: str
+    speech_ms: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reopen:
+    """The caller went on before the reply was heard: drop the reply. With `restore`,
+    the turn it answered is withdrawn and the utterance continues from `start`."""
+
+    start: int
+    restore: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Stop the bot's audio at the caller's ear now, keeping the rest."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Play the rest of the held audio (and the reply still being made)."""
+
+    held_ms: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Clear:
+    """An interruption: drop the rest of the reply; the bot's turn is what was heard."""
+
+    reason: str
+
+
+Decision = Evaluate | DropEvaluation | Answer | Reprompt | Reopen | Hold | Resume | Clear
+
+
+@dataclass(slots=True)
+class _Overlap:
+    """Caller speech that started over the bot."""
+
+    start: int
+    loud: int = 0  # samples loud like a caller (above the echo and the room)
+    over_bot: int = 0  # samples while the bot was audible
+    stopped: int | None = None  # where the speech stopped, when it has
+    held_at: int | None = None
+
+
+class TurnEngine:
+    """One call's turn taking. Feed it; do what it returns."""
+
+    def __init__(self, config: TurnTaking, *, emit: EventSink | None = None) -> None:
+        self.cfg = config
+        self._emit_to = emit
+        self.state = TurnState.LISTENING
+        self.position = 0
+        self.speaking = False  # the caller's speech run is on
+        self._speech_start = 0
+        self._utterance_start = 0  # first sample of the caller's turn (with preroll)
+        self._speech_in_turn = 0  # samples of speech in the turn, pauses excluded
+        self._speech_end: int | None = None
+        self._evaluating: Evaluate | None = None
+        self._result: Evaluation | None = None
+        self._next_cap_check = 0
+        self._overlap: _Overlap | None = None
+        self._bot_busy = False  # a reply is being made or played (driver's fact)
+        self._committed = False  # REPLYING answers a caller turn (vs a greeting...)
+
+    # --- facts from the driver -----------------------------------------------------------
+
+    def reply_started(self) -> None:
+        """A reply (answer, greeting, reprompt...) is under way."""
+        self._bot_busy = True
+        if self.state in (TurnState.LISTENING, TurnState.CALLER):
+            self._to(TurnState.REPLYING)
+
+    def reply_audible(self) -> None:
+        """The reply's first audio went out: from now on it is the bot's turn."""
+        self._committed = False
+        if self.state is TurnState.REPLYING:
+            self._to(TurnState.BOT)
+
+    def reply_done(self) -> None:
+        """Nothing more will be sent for this reply (finished, failed or cancelled)."""
+        self._bot_busy = False
+
+    def caller_reset(self) -> None:
+        """The caller's input was answered some other way (keypad): forget the utterance."""
+        self._drop_utterance()
+        if self.state in (TurnState.CALLER, TurnState.OVERLAP):
+            self._to(TurnState.LISTENING)
+
+    # --- caller audio --------------------------------------------------------------------
+
+    def frame(self, frame: Frame) -> list[Decision]:
+        out: list[Decision] = []
+        self.position = frame.end
+        for event in frame.events:
+            if isinstance(event, SpeechStarted):
+                self._on_start(event.sample, frame, out)
+            elif isinstance(event, SpeechStopped):
+                self._on_stop(event.sample, out)
+        if self.speaking:
+            self._speech_in_turn += frame.samples
+        if self.state in (TurnState.OVERLAP, TurnState.HELD):
+            self._overlap_frame(frame, out)
+        elif (
+            self.state in (TurnState.BOT, TurnState.REPLYING)
+            and not frame.bot_audible
+            and not self._bot_busy
+        ):
+            # The reply played out, or failed with nothing said.
+            self._committed = False
+            self._to(TurnState.LISTENING)
+        elif self.state is TurnState.CALLER and self.speaking:
+            self._check_length_cap(out)
+        self._maybe_end_turn(out)
+        return out
+
+    def _on_start(self, sample: int, frame: Frame, out: list[Decision]) -> None:
+        self.speaking = True
+        self._speech_start = sample
+        self._emit(SpeechStart(sample=sample))
+        if self._evaluating is not None or self._result is not None:
+            if not (self._evaluating and self._evaluating.capped):
+                self._drop_evaluation(out)
+        match self.state:
+            case TurnState.LISTENING:
+                self._begin_utterance(sample)
+                self._to(TurnState.CALLER)
+            case TurnState.CALLER:
+                pass  # a pause inside the turn ended
+            case TurnState.REPLYING:
+                # They went on before the reply was heard: the reply is void and their
+                # answered turn reopens with all its audio (any other reply is simply
+                # dropped, and this is a new turn).
+                if not self._committed:
+                    self._begin_utterance(sample)
+                out.append(Reopen(start=self._utterance_start, restore=self._committed))
+                self._committed = False
+                self._to(TurnState.CALLER)
+            case TurnState.BOT:
+                self._overlap = _Overlap(start=sample)
+                self._begin_utterance(sample)
+                self._to(TurnState.OVERLAP)
+            case TurnState.OVERLAP | TurnState.HELD:
+                assert self._overlap is not None
+                self._overlap.stopped = None  # one overlap, in pieces
+
+    def _on_stop(self, sample: int, out: list[Decision]) -> None:
+        self.speaking = False
+        self._speech_end = sample
+        self._emit(SpeechStop(sample=sample))
+        match self.state:
+            case TurnState.CALLER:
+                self._evaluate(sample, out)
+            case TurnState.OVERLAP:
+                assert self._overlap is not None
+                # Never loud enough to hold the bot: the bot's echo, or the room.
+                speech_ms = _ms(sample - self._overlap.start)
+                if self._overlap.loud:
+                    self._emit(Backchannel(speech_ms=speech_ms, text=""))
+                else:
+                    self._emit(EchoIgnored(speech_ms=speech_ms))
+                self._end_overlap(TurnState.BOT)
+            case TurnState.HELD:
+                assert self._overlap is not None
+                self._overlap.stopped = sample
+                # Short: a backchannel, or a short interruption ("stop", "no"). Its
+                # words decide; the bot stays held meanwhile.
+                self._evaluate(sample, out)
+            case _:
+                pass
+
+    def _overlap_frame(self, frame: Frame, out: list[Decision]) -> None:
+        overlap = self._overlap
+        assert overlap is not None
+        speech = self.position - overlap.start
+        if self.state is TurnState.OVERLAP:
+            if not (frame.bot_audible or self._bot_busy):
+                # The bot finished while the caller was speaking: the caller's turn, if
+                # they were loud like a caller for a third of the overlap (the tail of
+                # the bot's own echo runs past its end, and is not).
+                if overlap.loud * 3 >= overlap.over_bot and self.speaking:
+                    self._overlap = None
+                    self._to(TurnState.CALLER)
+                return
+            if frame.bot_audible:
+                overlap.over_bot += frame.samples
+            above_echo = frame.level_db >= frame.bot_level_db - self.cfg.echo_margin_db
+            above_room = frame.level_db >= frame.noise_floor_db + self.cfg.barge_in_over_floor_db
+            if self.speaking and (above_echo or not frame.bot_audible) and above_room:
+                overlap.loud += frame.samples
+            # Until the echo canceller has found the echo path, some echo gets through:
+            # only longer speech is surely the caller.
+            factor = 1 if frame.echo_settled else 2
+            hold_at = _samples(self.cfg.hold_min_speech_ms) * factor
+            if overlap.loud >= hold_at and overlap.loud * 3 >= speech:
+                overlap.held_at = self.position
+                self._to(TurnState.HELD)
+                out.append(Hold())
+                return
+        if self.state is TurnState.HELD and self.speaking:
+            factor = 1 if frame.echo_settled else 2
+            if speech >= _samples(self.cfg.barge_in_min_speech_ms) * factor:
+                self._interrupt("barge_in", out)
+
+    def _interrupt(self, reason: str, out: list[Decision]) -> None:
+        """A real interruption: the bot's turn ends; the caller's goes on."""
+        out.append(Clear(reason=reason))
+        self._overlap = None
+        self._bot_busy = False
+        self._to(TurnState.CALLER)
+        idle = self._evaluating is None and self._result is None
+        if not self.speaking and self._speech_end is not None and idle:
+            self._evaluate(self._speech_end, out)
+
+    def _end_overlap(self, state: TurnState) -> None:
+        self._overlap = None
+        self._drop_utterance()
+        self._to(state)
+
+    def _check_length_cap(self, out: list[Decision]) -> None:
+        """A turn that never pauses is judged at its cap, not waited on forever."""
+        length = self.position - self._utterance_start
+        if length < self.cfg.max_utterance_s * RATE or self._evaluating is not None:
+            return
+        if self.position < self._next_cap_check:
+            return
+        self._next_cap_check = self.position + int(self.cfg.recheck_s * RATE)
+        self._emit(TurnCapped(speech_ms=_ms(length)))
+        self._evaluating = Evaluate(
+            self._utterance_start, self.position, capped=True, speech_ms=_ms(self._speech_in_turn)
+        )
+        out.append(self._evaluating)
+
+    # --- end of turn ---------------------------------------------------------------------
+
+    def evaluated(self, result: Evaluation) -> list[Decision]:
+        """An evaluation the engine asked for came back (stale ones are ignored)."""
+        ticket = self._evaluating
+        if ticket is None or ticket.end != result.end or ticket.capped != result.capped:
+            return []
+        self._evaluating = None
+        self._result = result
+        out: list[Decision] = []
+        if self.state is TurnState.HELD:
+            self._judge_held(result, out)
+        self._maybe_end_turn(out)
+        return out
+
+    def failed(self, end: int) -> list[Decision]:
+        """The evaluation for `end` failed: the turn is over, unheard (the driver
+        apologises)."""
+        if self._evaluating is None or self._evaluating.end != end:
+            return []
+        self._evaluating = None
+        self._drop_utterance()
+        if self.state is TurnState.HELD:
+            return self._resume("evaluation_failed")
+        if self.state is TurnState.CALLER:
+            self._to(TurnState.LISTENING)
+        return []
+
+    def _judge_held(self, result: Evaluation, out: list[Decision]) -> None:
+        overlap = self._overlap
+        assert overlap is not None
+        speech_ms = _ms((overlap.stopped or self.position) - overlap.start)
+        # Nothing made out of it (a noise, a hum) or a backchannel's words: the bot goes
+        # on. Someone who means to interrupt keeps talking, and that interrupts by length.
+        if result.hearing is not Hearing.HEARD or (
+            is_backchannel(result.text) and speech_ms <= self.cfg.backchannel_max_ms
+        ):
+            self._result = None
+            self._emit(Backchannel(speech_ms=speech_ms, text=result.text))
+            out.extend(self._resume("backchannel"))
+            return
+        # Words that are not a backchannel: the caller is taking the turn.
+        self._interrupt("short_interruption", out)
+
+    def _resume(self, reason: str) -> list[Decision]:
+        overlap = self._overlap
+        assert overlap is not None
+        held_ms = _ms(self.position - (overlap.held_at or self.position))
+        self._end_overlap(TurnState.BOT)
+        return [Resume(held_ms=held_ms, reason=reason)]
+
+    def _maybe_end_turn(self, out: list[Decision]) -> None:
+        result = self._result
+        if result is None or self.state is not TurnState.CALLER:
+            return
+        if self.speaking and not result.capped:
+            return
+        silence_ms = 0 if self._speech_end is None else _ms(self.position - result.end)
+        if result.capped:
+            silence_ms = 0
+        if not self._complete(result, silence_ms):
+            if result.capped:
+                self._result = None  # looked at again in recheck_s
+            return
+        self._result = None
+        self._emit(
+            EndOfTurn(
+                probability=round(result.probability, 3),
+                silence_ms=silence_ms,
+                text=result.text,
+                hearing=result.hearing.value,
+            )
+        )
+        speech_ms = _ms(self._speech_in_turn)
+        start, end = self._utterance_start, result.end
+        self._drop_utterance()
+        heard = result.hearing is Hearing.HEARD
+        if heard and result.text.strip():
+            out.append(
+                Answer(text=result.text.strip(), start=start, end=end, silence_ms=silence_ms)
+            )
+            self._committed = True
+            self._to(TurnState.REPLYING)
+        elif result.hearing is Hearing.UNCLEAR or (
+            heard and speech_ms >= self.cfg.min_reprompt_speech_ms
+        ):
+            # Never silence after someone spoke: ask them again, in a few words.
+            out.append(Reprompt(reason=result.hearing.value, speech_ms=speech_ms, end=end))
+            self._to(TurnState.REPLYING)
+        else:
+            self._emit(NotSpeech(speech_ms=speech_ms, text=result.text))
+            self._to(TurnState.LISTENING)
+
+    def _complete(self, result: Evaluation, silence_ms: int) -> bool:
+        cfg = self.cfg
+        length_s = (result.end - self._utterance_start) / RATE
+        if result.capped:
+            if length_s >= cfg.hard_max_utterance_s:
+                return True
+            return result.probability >= cfg.end_of_turn_threshold or (
+                sounds_finished(result.text) and not looks_unfinished(result.text)
+            )
+        text = result.text
+        unfinished = looks_unfinished(text)
+        question = text.rstrip().endswith("?")
+        # Two weak signals agreeing is enough: Smart Turn scores flat prosody (synthetic
+        # or monotone callers) low even on complete questions.
+        finished = not unfinished and (
+            result.probability >= cfg.end_of_turn_threshold
+            or (result.probability >= cfg.end_of_turn_threshold / 5 and sounds_finished(text))
+        )
+        if result.hearing is not Hearing.HEARD:
+            finished = result.probability >= cfg.end_of_turn_threshold
+        min_silence = cfg.min_silence_ms
+        if not question and result.probability < cfg.end_of_turn_threshold:
+            min_silence = max(min_silence, cfg.statement_min_silence_ms)
+        if length_s >= cfg.long_turn_s and not question:
+            min_silence = max(min_silence, cfg.long_turn_min_silence_ms)
+        if finished and silence_ms >= min_silence:
+            return True
+        limit = cfg.unfinished_max_silence_ms if unfinished else cfg.max_silence_ms
+        return silence_ms >= max(limit, min_silence)
+
+    def _evaluate(self, end: int, out: list[Decision]) -> None:
+        self._evaluating = Evaluate(self._utterance_start, end, speech_ms=_ms(self._speech_in_turn))
+        self._result = None
+        out.append(self._evaluating)
+
+    def _drop_evaluation(self, out: list[Decision]) -> None:
+        if self._evaluating is not None:
+            out.append(DropEvaluation())
+        self._evaluating = None
+        self._result = None
+
+    # --- plumbing ------------------------------------------------------------------------
+
+    def _begin_utterance(self, speech_start: int) -> None:
+        self._utterance_start = max(0, speech_start - _samples(self.cfg.preroll_ms))
+        self._speech_in_turn = 0
+        self._next_cap_check = 0
+        self._speech_end = None
+
+    def _drop_utterance(self) -> None:
+        self._evaluating = None
+        self._result = None
+        self._speech_end = None
+        self._speech_in_turn = 0
+
+    @property
+    def utterance_start(self) -> int:
+        return self._utterance_start
+
+    @property
+    def holding(self) -> bool:
+        return self.state is TurnState.HELD
+
+    def _to(self, state: TurnState) -> None:
+        if state not in _ALLOWED[self.state]:
+            raise IllegalTransition(f"{self.state.value} -> {state.value}")
+        self.state = state
+
+    def _emit(self, event: CallEvent) -> None:
+        if self._emit_to is not None:
+            self._emit_to(event)
+
+
+def _ms(samples: int) -> int:
+    return samples * 1000 // RATE
+
+
+def _samples(ms: int | float) -> int:
+    return int(ms * RATE / 1000)

@@ -1,0 +1,59 @@
+"""What a transcript's words say about a turn: finished, trailing off, a backchannel."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["is_backchannel", "looks_unfinished", "sounds_finished"]
+
+# Words a sentence does not end on ("what is it for?" ends on a question mark): someone
+# who stops after one is still thinking.
+_DANGLING = frozenset(
+    """
+    a an the and or but because if than to for of with at in on by from into about
+    like my your our their um uh er erm
+    """.split()
+)
+
+# What a listener says to keep a speaker going, not to take the turn. Whisper writes
+# "mhm" as "Mm-hmm", "Mhm", "Hmm" or "Uh-huh", with or without punctuation.
+_BACKCHANNELS = frozenset(
+    """
+    mhm mmhmm mm-hmm mm hmm hm uh-huh uhhuh uh huh yeah yes yep yup ok okay right sure
+    alright aha ah oh i see got it gotcha true exactly indeed cool great nice wow
+    """.split()
+)
+_BACKCHANNEL_PHRASES = frozenset({"i see", "got it", "all right", "uh huh", "mm hmm"})
+_WORD = re.compile(r"[a-z]+(?:[-'][a-z]+)*")
+
+
+def sounds_finished(text: str) -> bool:
+    """Whisper ends a complete sentence with . ? or ! and a trailing-off one with ..."""
+    text = text.rstrip()
+    return text.endswith(("?", "!", ".")) and not text.endswith("..")
+
+
+def looks_unfinished(text: str) -> bool:
+    """The words so far stop where a sentence cannot: on "for", "and", "the", a comma...
+
+    Whisper often puts a full stop after a caller who paused mid-sentence ("I'd like a
+    table for."), so the last word is the stronger sign.
+    """
+    stripped = text.strip()
+    if not stripped:
+        return False
+    if stripped.endswith(("...", "…", ",", "-", "—", ":")):
+        return True
+    words = _WORD.findall(stripped.lower())
+    return bool(words) and words[-1] in _DANGLING and not stripped.endswith("?")
+
+
+def is_backchannel(text: str) -> bool:
+    """Only listener noises ("mhm", "okay", "right", "yeah, yeah", "uh-huh")."""
+    words = _WORD.findall(text.lower())
+    if not words or len(words) > 4:
+        return False
+    joined = " ".join(words)
+    if joined in _BACKCHANNEL_PHRASES:
+        return True
+    return all(word in _BACKCHANNELS for word in words)

@@ -1,0 +1,278 @@
+"""The turn-taking engine, scenario by scenario: who has the turn, on a sample clock.
+
+Each case scripts the caller (speech and quiet, with levels), what the models say of
+their words, and the bot's replies; it checks the engine's decisions and when the bot
+was audible at the caller's ear. No models, no sleeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from agents.events import Backchannel, EchoIgnored, NotSpeech, TurnCapped
+from agents.turns.engine import (
+    Answer,
+    Clear,
+    Evaluate,
+    Hearing,
+    Hold,
+    IllegalTransition,
+    Reopen,
+    Reprompt,
+    Resume,
+    TurnEngine,
+    TurnState,
+    TurnTaking,
+)
+from tests.agents.turn_script import (
+    BOT_DB,
+    Bot,
+    Hears,
+    Outcome,
+    Quiet,
+    Say,
+    Segment,
+    run,
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    script: list[Segment]
+    hears: list[Hears]
+    check: Callable[[Outcome], None]
+    bot: Bot | None = None
+    echo_settled: bool = True
+
+
+def answered_once(text: str, *, after_ms: int, within_ms: int) -> Callable[[Outcome], None]:
+    def check(out: Outcome) -> None:
+        answers = out.of(Answer)
+        assert [a.text for a in answers] == [text], out.decisions
+        at = out.at(Answer)[0]
+        # (a frame's decision is stamped with the frame's start: 20 ms early)
+        assert after_ms - 20 <= at <= after_ms + within_ms, f"answered at {at} ms"
+
+    return check
+
+
+def never_answered_before(ms: int, text: str) -> Callable[[Outcome], None]:
+    def check(out: Outcome) -> None:
+        assert all(at >= ms for at in out.at(Answer)), out.decisions
+        assert [a.text for a in out.of(Answer)] == [text], out.decisions
+
+    return check
+
+
+def backchannel_resumes(out: Outcome) -> None:
+    assert out.of(Hold), "the bot holds while the caller hums"
+    assert out.of(Resume) and not out.of(Clear), out.decisions
+    assert any(isinstance(e, Backchannel) for _, e in out.events)
+    # The rest of the reply is heard: all 4 s of it, less nothing.
+    assert len(out.bot_audible_ms) * 20 >= 4000 - 100
+
+
+def interruption_stops_fast(onset_ms: int) -> Callable[[Outcome], None]:
+    def check(out: Outcome) -> None:
+        holds = out.at(Hold)
+        assert holds and holds[0] - onset_ms <= 160, f"held at {holds} for onset {onset_ms}"
+        assert out.of(Clear), "an interruption clears the rest of the reply"
+        # Bot audio the caller heard after their onset: a few frames at most.
+        answered = next(ms for ms in out.at(Answer) if ms > onset_ms)
+        assert out.heard_bot_between(onset_ms, answered) <= 160
+        assert out.of(Answer)[-1].text == "No wait, Saturday."
+
+    return check
+
+
+QUESTION = "What time do you open tomorrow?"
+BOOKING = "I'd like to book a table for four people on Friday."
+
+CASES = [
+    Case(
+        "a finished question is answered after a short pause",
+        [Say(1500)],
+        [Hears(10_000, QUESTION, probability=0.2)],
+        answered_once(QUESTION, after_ms=1500, within_ms=400),
+    ),
+    Case(
+        "a sure end-of-turn model answers a flat statement fast",
+        [Say(1500)],
+        [Hears(10_000, "Okay that sounds good", probability=0.9)],
+        answered_once("Okay that sounds good", after_ms=1500, within_ms=400),
+    ),
+    *[
+        Case(
+            f"a {pause} ms pause after 'for' is not answered",
+            [Say(1500), Quiet(pause), Say(1200)],
+            [
+                Hears(1600, "I'd like to book a table for.", probability=0.3),
+                Hears(10_000, BOOKING, probability=0.3),
+            ],
+            never_answered_before(1500 + pause + 1200, BOOKING),
+        )
+        for pause in (500, 1000, 1500)
+    ],
+    Case(
+        "a caller who trails off is still answered, after the longer wait",
+        [Say(1500)],
+        [Hears(10_000, "I'd like to book a table for", probability=0.05)],
+        answered_once("I'd like to book a table for", after_ms=1500 + 2000, within_ms=300),
+    ),
+    Case(
+        "someone reading aloud is not answered in the pauses between sentences",
+        [Say(4500), Quiet(500), Say(3000), Quiet(900), Say(3000), Quiet(1000), Say(2000)],
+        [
+            Hears(4600, "The first sentence.", probability=0.3),
+            Hears(8100, "The first sentence. The second one.", probability=0.3),
+            Hears(12_000, "The first. The second. The third.", probability=0.3),
+            Hears(99_000, "The whole reading ends here.", probability=0.3),
+        ],
+        never_answered_before(13_900 + 1200, "The whole reading ends here."),
+    ),
+    Case(
+        "a question at the end of a long turn is answered fast",
+        [Say(4000), Quiet(500), Say(5000)],
+        [
+            Hears(4100, "Let me explain the whole thing.", probability=0.3),
+            Hears(99_000, "So can you do that for me?", probability=0.3),
+        ],
+        answered_once("So can you do that for me?", after_ms=9500, within_ms=400),
+    ),
+    Case(
+        "a statement the model is unsure of waits a little longer than a question",
+        [Say(1500)],
+        [Hears(99_000, "I'd like to book a table.", probability=0.2)],
+        answered_once("I'd like to book a table.", after_ms=1500 + 600, within_ms=300),
+    ),
+    Case(
+        "a backchannel over a reply holds the bot and then lets it go on",
+        [Say(1500), Quiet(1500), Say(400)],
+        [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "Mhm.", probability=0.1)],
+        backchannel_resumes,
+    ),
+    Case(
+        "'okay' over a reply is a backchannel too",
+        [Say(1500), Quiet(2000), Say(500)],
+        [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "Okay.", probability=0.2)],
+        backchannel_resumes,
+    ),
+    Case(
+        "a hum the transcript makes nothing of does not cost the reply",
+        [Say(1500), Quiet(1500), Say(300)],
+        [
+            Hears(1600, QUESTION, probability=0.6),
+            Hears(99_000, "", probability=0.1, hearing=Hearing.NOTHING),
+        ],
+        backchannel_resumes,
+    ),
+    Case(
+        "a real interruption stops the bot within a few frames and takes the turn",
+        [Say(1500), Quiet(2000), Say(1500)],
+        [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "No wait, Saturday.", 0.8)],
+        interruption_stops_fast(onset_ms=3500),
+    ),
+    Case(
+        "a short 'stop' over the bot is an interruption by its words",
+        [Say(1500), Quiet(2000), Say(400)],
+        [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "Stop.", probability=0.8)],
+        lambda out: (
+            (
+                out.of(Hold)
+                and out.of(Clear)
+                and [a.text for a in out.of(Answer)] == [QUESTION, "Stop."]
+            )
+            or pytest.fail(str(out.decisions))
+        ),
+    ),
+    Case(
+        "the bot's own echo over it, quiet next to the bot, never holds it",
+        [Say(1500), Quiet(1500), Say(1000, level_db=BOT_DB - 25)],
+        [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "echo words")],
+        lambda out: (
+            (
+                not out.of(Hold)
+                and any(isinstance(e, EchoIgnored) for _, e in out.events)
+                and len(out.bot_audible_ms) * 20 >= 3980
+            )
+            or pytest.fail(str(out.decisions))
+        ),
+    ),
+    Case(
+        "until the echo canceller has settled, a hold needs twice the speech",
+        [Say(1500), Quiet(1500), Say(1500)],
+        [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "No wait, Saturday.", 0.8)],
+        lambda out: (
+            (out.at(Hold)[0] - 3000 >= 2 * 60 and out.of(Clear)) or pytest.fail(str(out.decisions))
+        ),
+        echo_settled=False,
+    ),
+    Case(
+        "speech with an empty transcript gets asked to repeat",
+        [Say(900)],
+        [Hears(99_000, "", probability=0.2, hearing=Hearing.UNCLEAR)],
+        lambda out: (
+            ([r.reason for r in out.of(Reprompt)] == ["unclear"] and not out.of(Answer))
+            or pytest.fail(str(out.decisions))
+        ),
+    ),
+    Case(
+        "a click the transcript says is nothing is not a turn",
+        [Say(100)],
+        [Hears(99_000, "", probability=0.0, hearing=Hearing.NOTHING)],
+        lambda out: (
+            (
+                not out.of(Reprompt)
+                and not out.of(Answer)
+                and any(isinstance(e, NotSpeech) for _, e in out.events)
+            )
+            or pytest.fail(str(out.decisions))
+        ),
+    ),
+    Case(
+        "a farewell is a turn like any other",
+        [Say(1200)],
+        [Hears(99_000, "Thank you, bye.", probability=0.7)],
+        answered_once("Thank you, bye.", after_ms=1200, within_ms=400),
+    ),
+    Case(
+        "the caller going on before the reply is heard withdraws the answer",
+        [Say(1500), Quiet(300), Say(1500)],
+        [Hears(1600, "I want to book.", probability=0.9), Hears(99_000, BOOKING, 0.9)],
+        lambda out: (
+            (
+                [r.restore for r in out.of(Reopen)] == [True]
+                and [a.text for a in out.of(Answer)] == ["I want to book.", BOOKING]
+                and out.of(Answer)[-1].start == out.of(Answer)[0].start
+            )
+            or pytest.fail(str(out.decisions))
+        ),
+        bot=Bot(latency_ms=600),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_turn_taking(case: Case) -> None:
+    out = run(case.script, case.hears, bot=case.bot, echo_settled=case.echo_settled)
+    case.check(out)
+
+
+def test_a_turn_with_no_pause_is_judged_at_its_cap_and_answered_at_the_hard_cap() -> None:
+    config = TurnTaking(max_utterance_s=4.0, recheck_s=2.0, hard_max_utterance_s=8.0)
+    out = run([Say(10_000)], [Hears(99_000, "and so on and", probability=0.05)], config=config)
+    capped = [d for d in out.of(Evaluate) if d.capped]
+    assert [round(d.end / 16000) for d in capped][:3] == [4, 6, 8]
+    assert any(isinstance(e, TurnCapped) for _, e in out.events)
+    assert out.at(Answer) and 8000 <= out.at(Answer)[0] <= 8200
+
+
+def test_states_only_move_along_their_transitions() -> None:
+    engine = TurnEngine(TurnTaking())
+    assert engine.state is TurnState.LISTENING
+    with pytest.raises(IllegalTransition):
+        engine._to(TurnState.HELD)
