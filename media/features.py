@@ -20,7 +20,7 @@ N_MELS = 80
 _MEL_FLOOR = 1e-10
 
 
-def _hz_to_mel(freq: np.ndarray) -> np.ndarray:
+def _hz_to_mel(freq: np.ndarray | float) -> np.ndarray:
     """Slaney mel scale: linear below 1 kHz, logarithmic above."""
     freq = np.asarray(freq, dtype=np.float64)
     linear = 3.0 * freq / 200.0

@@ -53,7 +53,7 @@ def _design_branches(
             j = k + half - r * up
             if 0 <= j < n_taps:
                 weights[i, r - lo] = h[j]
-    return weights.astype(np.float32), lo
+    return weights.astype(np.float32), int(lo)
 
 
 class PolyphaseResampler:

@@ -270,7 +270,8 @@ def bench_units(args: argparse.Namespace) -> dict[str, object]:
         backend = await CascadeDuplexBackend.from_settings(settings)
         try:
             await backend.prepare(Prepare(system_prompt=settings.persona(), unit_ms=args.unit_ms))
-            listen, speak_ms = [], []
+            listen: list[float] = []
+            speak_ms: list[float] = []
             for start in range(0, len(audio) - unit + 1, unit):
                 began = time.perf_counter()
                 outcome = await backend.process_unit(audio[start : start + unit])

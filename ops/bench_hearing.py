@@ -31,6 +31,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -38,6 +39,9 @@ from ops.caller_voice import CallerVoice
 from ops.line import EchoPath, LineConditions, NoiseSource, active_rms
 from ops.measure import BENCH_TOKEN, machine, percentile
 from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call
+
+if TYPE_CHECKING:
+    from agents.cascade.stt import WhisperTranscriber
 
 __all__ = ["CONDITIONS", "bench_hearing", "bench_stt", "wer"]
 
@@ -197,9 +201,11 @@ STT_VARIANTS = {  # name: (model, min window s, beam)
 }
 
 
-def _transcriber(model: str, window: int, beam: int, cache: dict[tuple[str, int, int], object]):
+def _transcriber(
+    model: str, window: int, beam: int, cache: dict[tuple[str, int, int], WhisperTranscriber]
+) -> WhisperTranscriber:
+    from agents.assets import STT_ASSETS, ModelCache
     from agents.cascade.stt import WhisperTranscriber
-    from app.assets import STT_ASSETS, ModelCache
     from app.settings import Settings
 
     key = (model, window, beam)
@@ -218,7 +224,7 @@ def bench_stt(args: argparse.Namespace) -> dict[str, object]:
     texts = list(QUESTIONS[: args.questions])
     questions = [voice.speak(t).astype(np.float32) for t in texts]
     bot = [voice.speak(t).astype(np.float32) * np.float32(0.7) for t in BOT_LINES]
-    stts: dict[tuple[str, int, int], object] = {}
+    stts: dict[tuple[str, int, int], WhisperTranscriber] = {}
     rows: list[dict[str, object]] = []
     for condition in conditions:
         built = build_line(condition, questions, texts, bot)
@@ -235,7 +241,7 @@ def bench_stt(args: argparse.Namespace) -> dict[str, object]:
             errors, took = [], []
             for start, end, text in built.spans:
                 began = time.perf_counter()
-                heard = stt.transcribe(turn_audio(outputs[fe], start, end)).text  # type: ignore[attr-defined]
+                heard = stt.transcribe(turn_audio(outputs[fe], start, end)).text
                 took.append((time.perf_counter() - began) * 1000)
                 errors.append(wer(text, heard))
             row[f"wer {fe} | {stt_name}"] = round(100 * statistics.mean(errors), 1)
@@ -289,8 +295,8 @@ def score_call(result: ConditionResult, report: CallReport, record: Path, texts:
     transcript = json.loads((record / "transcript.json").read_text())
     timeline = [json.loads(line) for line in (record / "timeline.jsonl").read_text().splitlines()]
     callers = [t for t in transcript["turns"] if t["speaker"] == "caller"]
-    said = zip(report.turns, texts, strict=False)  # a call cut short says fewer
-    spoken = [(t.speech_start_ms, t.speech_end_ms, text) for t, text in said]
+    scripted = zip(report.turns, texts, strict=False)  # a call cut short says fewer
+    spoken = [(t.speech_start_ms, t.speech_end_ms, text) for t, text in scripted]
     result.spoken += len(spoken)
     result.recorded += len(callers)
     slack = 500.0
@@ -401,7 +407,9 @@ def bench_hearing(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> list[argparse.ArgumentParser]:  # type: ignore[type-arg]
+def add_parsers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> list[argparse.ArgumentParser]:
     hearing = sub.add_parser("hearing", help="calls in every line condition: who the bot hears")
     hearing.add_argument("--questions", type=int, default=3, help="caller questions per call")
     hearing.add_argument("--only", default="", help="conditions whose label contains this")

@@ -18,10 +18,11 @@ import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import httpx
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from agents.errors import BackendUnavailable, LanguageModelError
 
@@ -57,7 +58,8 @@ class OpenAIChat:
             base_url=base_url,
             api_key=api_key or "not-needed",
             max_retries=0,  # a retry costs the caller seconds of silence: fail fast, apologise
-            timeout=httpx.Timeout(30.0, connect=3.0),
+            # openai's own Timeout: its HTTP client is not necessarily the httpx we use.
+            timeout=openai.Timeout(30.0, connect=3.0),
         )
 
     @property
@@ -69,7 +71,8 @@ class OpenAIChat:
             async with asyncio.timeout(self._first_token_timeout):
                 response = await self._client.chat.completions.create(
                     model=self.model,
-                    messages=list(messages),  # type: ignore[arg-type]
+                    # Our messages are plain {role, content} dicts, which openai takes.
+                    messages=cast("list[ChatCompletionMessageParam]", list(messages)),
                     max_tokens=self._max_tokens,
                     temperature=self._temperature,
                     stream=True,

@@ -201,6 +201,6 @@ def decode(frame: str | bytes) -> Message:
         except (binascii.Error, TypeError) as exc:
             raise ProtocolViolation(f"{body['type']}.{name}: invalid base64 ({exc})") from None
     try:
-        return cls(**body)  # type: ignore[no-any-return]
+        return cls(**body)
     except TypeError as exc:
         raise ProtocolViolation(f"{body['type']}: {exc}") from None
