@@ -10,6 +10,9 @@
     offhook bench hearing   calls in every line condition (echo, babble, noise): who the
                             bot hears, WER, own-echo turns, self-clears (ops/bench_hearing.py)
     offhook bench stt       offline: WER and CPU of the front-end and Whisper choices
+    offhook bench turns     scripted calls judged at the caller's ear against turn-taking
+                            targets: answered, talk-over, pauses, backchannels,
+                            interruptions, dead air (ops/bench_turns.py)
     offhook bench lanes     front-end frame latency while the models run, one shared
                             thread pool vs the front-end lanes and the model scheduler
                             (ops/bench_lanes.py)
@@ -350,11 +353,15 @@ def main(argv: list[str] | None = None) -> int:
     from ops.bench_hearing import add_parsers, bench_hearing, bench_stt
 
     hearing_parsers = add_parsers(sub)
+    from ops.bench_turns import add_parser as add_turns_parser
+    from ops.bench_turns import bench_turns
+
+    turns = add_turns_parser(sub)
     from ops.bench_lanes import add_parser as add_lanes_parser
     from ops.bench_lanes import bench_lanes, print_lanes
 
     lanes = add_lanes_parser(sub)
-    for p in (call, frontend, recorder, units, takeover, pool, *hearing_parsers, lanes):
+    for p in (call, frontend, recorder, units, takeover, pool, *hearing_parsers, lanes, turns):
         p.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     from ops.bench_duplex import bench_pool, bench_takeover
@@ -369,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         "hearing": bench_hearing,
         "stt": bench_stt,
         "lanes": bench_lanes,
+        "turns": bench_turns,
     }
     result = runs[args.what](args)
     show = print_lanes if args.what == "lanes" else _print
