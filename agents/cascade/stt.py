@@ -5,13 +5,22 @@ so the encoder costs the same for a two-second phone turn as for thirty seconds 
 speech. CTranslate2 accepts shorter windows: we pad to the next 5 s step (at least
 10 s), which keeps transcripts the same on phone-turn audio and makes the encoder
 3-5x faster. That time is the largest part of what a caller waits for.
+
+Whisper writes words on anything, silence and coughs included, and "thank you" or "bye"
+are among its favourite inventions, as they are among a caller's favourite words. So no
+text is ever dropped for what it says: `transcribe` returns what Whisper decoded with
+Whisper's own evidence, and `assess` weighs that with the VAD's (how much speech the
+utterance held) into HEARD, UNCLEAR (ask again) or NOTHING (ignore).
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import re
 import threading
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
@@ -29,8 +38,15 @@ MAX_WINDOW_S = 30
 
 @dataclass(frozen=True, slots=True)
 class Transcript:
+    """What Whisper heard, with its own evidence for how far to trust it (see `assess`)."""
+
     text: str
+    # Whisper's probability of its no-speech token at the first decoding step.
     no_speech_prob: float
+    # Mean log-probability of the decoded tokens and the end token, as faster-whisper's
+    # `avg_logprob`. 0.0 (certain) when not measured, as in fakes.
+    avg_logprob: float = 0.0
+    audio_s: float = 0.0  # seconds of audio transcribed
 
 
 class SpeechToText(Protocol):
@@ -99,33 +115,119 @@ class WhisperTranscriber:
                 beam_size=self._beam_size,
                 max_length=min(224, 48 + content // 8),
                 return_no_speech_prob=True,
+                return_scores=True,
                 suppress_blank=True,
                 suppress_tokens=[-1],
             )[0]
         except Exception as exc:  # CTranslate2 raises plain RuntimeErrors
             raise SpeechToTextError(f"whisper failed: {exc}") from exc
         tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
-        text = self._tokenizer.decode(tokens).strip()
-        no_speech = float(result.no_speech_prob)
-        if no_speech > 0.8 and len(text.split()) <= 3:
-            text = ""
-        return Transcript(text=_strip_hallucination(text), no_speech_prob=no_speech)
+        return Transcript(
+            text=collapse_loop(self._tokenizer.decode(tokens).strip()),
+            no_speech_prob=float(result.no_speech_prob),
+            avg_logprob=average_logprob(float(result.scores[0]), len(result.sequences_ids[0])),
+            audio_s=audio.size / 16000,
+        )
 
 
-# Whisper's well-known inventions on silence or noise; a caller never means these.
-_HALLUCINATIONS = {
-    "thank you.",
-    "thanks for watching!",
-    "thank you for watching.",
-    "you",
-    "bye.",
-    "thanks for watching.",
-    "[music]",
-    "(music)",
-    "[blank_audio]",
-    "",
-}
+def average_logprob(score: float, length: int) -> float:
+    """faster-whisper's `avg_logprob` from a CTranslate2 greedy/beam score.
+
+    CTranslate2 returns the cumulative log-probability of the tokens *and* the end token,
+    divided by `length ** length_penalty` (length: tokens without the end token; the
+    penalty is 1 here). faster_whisper/transcribe.py (1.2.1,
+    `WhisperModel.generate_with_fallback`) undoes that and averages over length + 1:
+
+        cum_logprob = result.scores[0] * (seq_len**options.length_penalty)
+        avg_logprob = cum_logprob / (seq_len + 1)
+    """
+    if length <= 0:  # nothing decoded: no tokens to average (never seen in practice)
+        return 0.0
+    return score * length / (length + 1)
 
 
-def _strip_hallucination(text: str) -> str:
-    return "" if text.lower() in _HALLUCINATIONS else text
+LOOP_REPEATS = 4  # a unit said this many times running is the decoder looping
+_LOOP_UNIT_WORDS = 4
+
+
+def collapse_loop(text: str) -> str:
+    """Keep one copy of a run of 1-4 words repeated four times or more at the end of `text`.
+
+    Greedy Whisper sometimes never stops: tiny.en heard a 0.4 s "Goodbye." as "Goodbye"
+    32 times, and Piper's "Bye." as "Bye" 31 times, until the length limit cut it (often
+    mid-copy). The words are right; the repetition is the decoder's, not the caller's.
+    """
+    words = text.split()
+    keys = [word.strip(".,!?;:").lower() for word in words]
+    for unit in range(1, _LOOP_UNIT_WORDS + 1):
+        # The longest tail of `keys` that repeats with this period (a cut copy included).
+        start = len(keys) - unit
+        while start > 0 and keys[start - 1] == keys[start - 1 + unit]:
+            start -= 1
+        if start >= 0 and len(keys) - start >= LOOP_REPEATS * unit:
+            return " ".join(words[: start + unit]).rstrip(",;:")
+    return text
+
+
+class Hearing(Enum):
+    """What an utterance's evidence says it held."""
+
+    HEARD = "heard"  # words to answer: the transcript can be trusted
+    UNCLEAR = "unclear"  # the caller spoke, but no reliable words came out: ask again
+    NOTHING = "nothing"  # no speech (a cough, a click, noise, background talk): ignore
+
+
+# Measured with `python -m ops.stt_evidence` (tiny.en and base, int8, 10 s window):
+# 150 phone clips (11 short phrases and 3 questions; espeak-ng at 120-230 wpm in five
+# voices, Piper at two rates; some under 10 dB SNR pink noise or babble), 11 garbled
+# ones (reversed or nonsense speech, speech under 0 dB babble) and 19 non-speech ones
+# (silence, hiss, hum, white/pink noise, coughs, a breath, a throat-clear, clicks, a
+# thump, DTMF, a tone, babble alone), each through mu-law and the call's front end.
+# - The VAD heard 0 ms of speech in every non-speech clip but unprimed babble (1.1-1.5 s),
+#   and at least 224 ms in every phrase (a 230 wpm "Bye."; it counts 32 ms windows).
+#   Whisper still wrote words on all of them: "you", "I", "Thank you very much.".
+MIN_SPEECH_MS = 200
+# - On every clip of words, no_speech_prob <= 0.66 (tiny.en; base <= 0.46). Whisper's
+#   own silence rule (faster-whisper's defaults, no_speech_threshold 0.6 with
+#   log_prob_threshold -1.0) holds for every non-speech clip on tiny.en, the babble the
+#   VAD passed included, and for no clip of words: its text is an invention.
+SILENCE_NO_SPEECH_PROB = 0.6
+SILENCE_LOGPROB = -1.0
+# - Right or nearly right words scored avg_logprob >= -1.37 (tiny.en's "Yay" for "Yes");
+#   below -1.5 came only wrong or broken text ("5" for "Bye" in babble, reversed speech)
+#   and inventions on noise (-1.46 to -2.6). no_speech_prob > 0.8 with words came only
+#   from noise and speech drowned in babble ("Thank you very much." for "Bye.").
+UNRELIABLE_NO_SPEECH_PROB = 0.8
+UNRELIABLE_LOGPROB = -1.5
+
+# Whisper's captions for sounds, not speech: "[BLANK_AUDIO]", "(coughs)", "*sighs*", "♪".
+_SOUND_CAPTION = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*|♪")
+_WORD = re.compile(r"\w")
+
+
+def spoken_words(text: str) -> bool:
+    """Whether `text` holds any word: not only punctuation or sound captions."""
+    return _WORD.search(_SOUND_CAPTION.sub(" ", text)) is not None
+
+
+def assess(transcript: Transcript, *, speech_ms: int) -> Hearing:
+    """Whether an utterance's transcript is what the caller said, judged on evidence.
+
+    `speech_ms`: how much of the utterance the VAD called speech (the sum of its speech
+    runs, not the utterance's length with its preroll and trailing pause).
+
+    NOTHING: too little speech for a word, or Whisper itself finds no speech (a high
+    no_speech_prob that no confident words outweigh). UNCLEAR: speech, but no words or
+    words Whisper barely believes. HEARD: words to answer, in `transcript.text`.
+    """
+    if speech_ms < MIN_SPEECH_MS:
+        return Hearing.NOTHING
+    words = spoken_words(transcript.text)
+    no_speech = transcript.no_speech_prob
+    # Punctuation alone (tiny.en writes ". . ." on hiss at -0.09) vouches for no words.
+    logprob = transcript.avg_logprob if words else -math.inf
+    if no_speech > SILENCE_NO_SPEECH_PROB and logprob < SILENCE_LOGPROB:
+        return Hearing.NOTHING
+    if not words or no_speech > UNRELIABLE_NO_SPEECH_PROB or logprob < UNRELIABLE_LOGPROB:
+        return Hearing.UNCLEAR
+    return Hearing.HEARD
