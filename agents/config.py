@@ -61,6 +61,12 @@ class ModelSettings(Protocol):
     @property
     def apology(self) -> str: ...
 
+    @property
+    def reprompt(self) -> str: ...
+
+    @property
+    def farewell(self) -> str: ...
+
     def persona(self) -> str:
         """The system prompt."""
         ...
@@ -93,9 +99,6 @@ class AgentSettings(ModelSettings, Protocol):
 
     @property
     def history_turns(self) -> int: ...
-
-    @property
-    def reprompt(self) -> str: ...
 
 
 class EmbeddedLlmSettings(Protocol):

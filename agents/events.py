@@ -256,7 +256,7 @@ class Reprompt(CallEvent):
 
 # --- the bot ---------------------------------------------------------------------------
 
-ReplyKind = Literal["answer", "greeting", "reprompt", "apology", "resume", "digits", ""]
+ReplyKind = Literal["answer", "greeting", "reprompt", "apology", "resume", "digits", "farewell", ""]
 
 
 @_event

@@ -53,7 +53,7 @@ async def load_models(settings: ModelSettings, stack: AsyncExitStack) -> Cascade
     # below agents, cannot) inherit; it has the one method EndOfTurn asks for.
     end_of_turn = cast(EndOfTurn, eot)
     models = CascadeModels(stt=stt, tts=tts, llm=llm, end_of_turn=end_of_turn)
-    for line in (settings.greeting, settings.apology):
+    for line in (settings.greeting, settings.apology, settings.reprompt, settings.farewell):
         if line:
             models.canned[line] = await asyncio.to_thread(tts.synthesize, line)
     await _warm_up(models, settings)

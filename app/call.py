@@ -98,6 +98,7 @@ class CallSession:
             greeting=settings.greeting,
             apology=settings.apology,
             reprompt=settings.reprompt,
+            farewell=settings.farewell,
             on_event=self._log_event,
         )
         # Caller audio with the bot audio that played into the caller's room meanwhile.

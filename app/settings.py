@@ -81,6 +81,11 @@ class Settings:
         "Sorry, I didn't catch that. Could you say it again?",
         "Spoken when the caller said something that could not be made out.",
     )
+    farewell: str = _env_field(
+        "FAREWELL_TEXT",
+        "Thanks for calling. Goodbye!",
+        "Said when the caller says goodbye. Empty: the LLM answers a goodbye like any turn.",
+    )
     history_turns: int = _env_field(
         "HISTORY_TURNS", 12, "Conversation turns kept in the LLM context (compact = fast)."
     )

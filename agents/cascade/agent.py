@@ -117,6 +117,7 @@ RESUME_NOTE = (
     "briefly, without repeating what you already said."
 )
 DEFAULT_REPROMPT = "Sorry, I didn't catch that. Could you say it again?"
+DEFAULT_FAREWELL = "Thanks for calling. Goodbye!"
 
 
 @dataclass
@@ -152,6 +153,7 @@ class CascadeAgent:
         greeting: str = "",
         apology: str = "",
         reprompt: str = DEFAULT_REPROMPT,
+        farewell: str = DEFAULT_FAREWELL,
         on_event: EventSink | None = None,
     ) -> None:
         self.models = models
@@ -162,6 +164,7 @@ class CascadeAgent:
         self.greeting = greeting
         self.apology = apology
         self.reprompt = reprompt
+        self.farewell = farewell
         self._emit: EventSink = on_event or (lambda _event: None)
         self._tasks: asyncio.TaskGroup | None = None
         self.engine = TurnEngine(turn_taking, emit=self._emit)
@@ -344,7 +347,11 @@ class CascadeAgent:
         turn.end_ms = answer.end * 1000 / RATE
         self._committed_turn = turn
         self._emit(CallerTurn(text=answer.text, start_ms=turn.start_ms, end_ms=turn.end_ms))
-        self._start_response(timing, kind="answer")
+        if answer.farewell and self.farewell:
+            # A fixed line, at once: a goodbye needs no model, and it must not ramble.
+            self._start_response(timing, canned=self.farewell, kind="farewell")
+        else:
+            self._start_response(timing, kind="answer")
 
     # --- interruptions -----------------------------------------------------------------
 

@@ -96,6 +96,8 @@ class CascadeDuplexConfig:
     apology: str = ""
     # Said when the caller spoke and could not be made out.
     reprompt: str = "Sorry, I didn't catch that. Could you say it again?"
+    # Said when the caller says goodbye (empty: the LLM answers it).
+    farewell: str = "Thanks for calling. Goodbye!"
 
     def with_overrides(self, overrides: dict[str, Any]) -> CascadeDuplexConfig:
         """Apply Prepare.config keys that name fields (of this config or of its turn
@@ -226,6 +228,7 @@ class CascadeDuplexBackend:
             history_turns=settings.history_turns,
             apology=settings.apology,
             reprompt=settings.reprompt,
+            farewell=settings.farewell,
         )
         # The gateway's front end has cancelled the bot's echo in the audio it sends.
         backend = cls.from_models(models, vad_factory=SileroVad, config=config)
@@ -390,7 +393,13 @@ class CascadeDuplexBackend:
                         await self._apply(self.engine.evaluated(result), outcome, timings)
                 case Answer():
                     self._speech_run_start = self.engine.position
-                    _merge(outcome, await self._reply_to(decision.text, timings))
+                    if decision.farewell and self.config.farewell:
+                        self._turns.append({"role": "user", "content": decision.text})
+                        farewell = await self._say(self.config.farewell, timings)
+                        farewell.caller_text = decision.text
+                        _merge(outcome, farewell)
+                    else:
+                        _merge(outcome, await self._reply_to(decision.text, timings))
                 case Reprompt():
                     _merge(outcome, await self._say(self.config.reprompt, timings))
                 case Reopen():

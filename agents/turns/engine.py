@@ -31,7 +31,7 @@ from agents.events import (
     SpeechStop,
     TurnCapped,
 )
-from agents.turns.text import is_backchannel, looks_unfinished, sounds_finished
+from agents.turns.text import is_backchannel, is_farewell, looks_unfinished, sounds_finished
 from media.vad import SpeechStarted, SpeechStopped, VadEvent
 
 __all__ = [
@@ -188,6 +188,7 @@ class Answer:
     start: int
     end: int
     silence_ms: int
+    farewell: bool = False  # the caller is saying goodbye: a goodbye is the answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,8 +509,15 @@ class TurnEngine:
         self._drop_utterance()
         heard = result.hearing is Hearing.HEARD
         if heard and result.text.strip():
+            text = result.text.strip()
             out.append(
-                Answer(text=result.text.strip(), start=start, end=end, silence_ms=silence_ms)
+                Answer(
+                    text=text,
+                    start=start,
+                    end=end,
+                    silence_ms=silence_ms,
+                    farewell=is_farewell(text),
+                )
             )
             self._committed = True
             self._to(TurnState.REPLYING)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["is_backchannel", "looks_unfinished", "sounds_finished"]
+__all__ = ["is_backchannel", "is_farewell", "looks_unfinished", "sounds_finished"]
 
 # Words a sentence does not end on ("what is it for?" ends on a question mark): someone
 # who stops after one is still thinking.
@@ -57,3 +57,29 @@ def is_backchannel(text: str) -> bool:
     if joined in _BACKCHANNEL_PHRASES:
         return True
     return all(word in _BACKCHANNELS for word in words)
+
+
+# A caller closing the call: "bye", "goodbye", "thanks, bye", "that's all, goodbye".
+_FAREWELL = re.compile(
+    r"\b(good ?bye|bye(?:[- ]bye)?|see you|talk (?:to you )?later"
+    r"|have a (?:good|nice) (?:day|one|evening|night))\b"
+)
+_POLITE = frozenset(
+    """
+    that's thats that is all it thanks thank you so much very okay ok great perfect alright
+    right no cool and then well again for your help everything lovely wonderful
+    """.split()
+)
+
+
+def is_farewell(text: str) -> bool:
+    """The caller is saying goodbye (and asking nothing more)."""
+    lowered = text.lower().strip()
+    if not lowered or "?" in lowered:
+        return False
+    if not _FAREWELL.search(lowered):
+        return False
+    # Everything else they said is politeness: "thank you so much, bye!", not "bye, but
+    # first tell me the hours".
+    rest = _FAREWELL.sub(" ", lowered)
+    return all(word in _POLITE for word in _WORD.findall(rest))

@@ -234,10 +234,25 @@ CASES = [
         ),
     ),
     Case(
-        "a farewell is a turn like any other",
+        "a farewell is heard and answered with a goodbye",
         [Say(1200)],
         [Hears(99_000, "Thank you, bye.", probability=0.7)],
-        answered_once("Thank you, bye.", after_ms=1200, within_ms=400),
+        lambda out: (
+            (
+                answered_once("Thank you, bye.", after_ms=1200, within_ms=400)(out)
+                or [a.farewell for a in out.of(Answer)] == [True]
+            )
+            or pytest.fail(str(out.decisions))
+        ),
+    ),
+    Case(
+        "'thank you' alone is heard, and is not a goodbye",
+        [Say(900)],
+        [Hears(99_000, "Thank you.", probability=0.7)],
+        lambda out: (
+            [(a.text, a.farewell) for a in out.of(Answer)] == [("Thank you.", False)]
+            or pytest.fail(str(out.decisions))
+        ),
     ),
     Case(
         "the caller going on before the reply is heard withdraws the answer",

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import numpy as np
 
 from agents.cascade.agent import (
+    DEFAULT_FAREWELL,
     DEFAULT_REPROMPT,
     RESUME_NOTE,
     CarryOn,
@@ -405,6 +406,15 @@ async def test_a_capped_turn_that_sounds_unfinished_is_heard_on_until_the_hard_c
         await session.evaluated()
         await session.go_on(20)
         assert session.caller_turns() == [trailing_off]  # 5 s: answered regardless
+
+
+async def test_a_goodbye_gets_a_goodbye() -> None:
+    async with call(stt=hearing("Thank you so much, bye!")) as session:
+        await session.talk(900)
+        await session.pause(700)
+        await session.bot_said(DEFAULT_FAREWELL)
+        assert session.caller_turns() == ["Thank you so much, bye!"]
+        assert session.llm.prompts == [], "a goodbye needs no model"
 
 
 async def test_speech_with_an_empty_transcript_is_asked_to_repeat() -> None:
