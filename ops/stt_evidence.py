@@ -9,8 +9,8 @@ clip, 600 ms of the pause that ends the turn). Steady backgrounds are played to 
 front end for 3 s first, as a call would have, so its noise floor has settled.
 
 Classes of clip:
-  speech   short phone phrases and questions (espeak-ng at two rates, three voices;
-           Piper), clean and under 10 dB SNR pink noise or babble: must be HEARD;
+  speech   short phone phrases and questions (espeak-ng at 120-230 wpm, five voices;
+           Piper at two rates), clean and under 10 dB SNR pink noise or babble: HEARD;
   garbled  real speech that cannot be made out (time-reversed phrases, nonsense
            syllables, speech under louder babble): UNCLEAR is right, HEARD tolerable;
   noise    silence, hiss, hum, white/pink noise, a cough, a breath, clicks, babble
