@@ -10,8 +10,10 @@ are asked for, with what the script says the transcript and the end-of-turn mode
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from agents.events import CallEvent
 from agents.turns.engine import (
@@ -72,7 +74,8 @@ class Hears:
 class Outcome:
     decisions: list[tuple[int, Decision]] = field(default_factory=list)  # (ms, decision)
     events: list[tuple[int, CallEvent]] = field(default_factory=list)
-    bot_audible_ms: list[int] = field(default_factory=list)  # frames the bot was heard
+    # Frames the bot was heard; None where the driver does not play the audio itself.
+    bot_audible_ms: list[int] | None = field(default_factory=list)
 
     def at(self, kind: type) -> list[int]:
         return [ms for ms, d in self.decisions if isinstance(d, kind)]
@@ -81,6 +84,7 @@ class Outcome:
         return [d for _, d in self.decisions if isinstance(d, kind)]
 
     def heard_bot_between(self, lo_ms: int, hi_ms: int) -> int:
+        assert self.bot_audible_ms is not None
         return sum(1 for ms in self.bot_audible_ms if lo_ms <= ms < hi_ms) * 20
 
 
@@ -111,7 +115,8 @@ def run(
     now = [0]
     engine = TurnEngine(config or TurnTaking(), emit=lambda e: engine_events.append((now[0], e)))
     bot = bot or Bot()
-    out = Outcome(events=engine_events)
+    audible_ms: list[int] = []
+    out = Outcome(events=engine_events, bot_audible_ms=audible_ms)
     speaking_frames = _frames(script, tail_ms)
     vad = _Vad()
     pending_eval: list[tuple[int, Evaluate]] = []  # (due ms, ticket)
@@ -160,7 +165,7 @@ def run(
                 bot.starts_at = None
                 engine.reply_done()
         if audible:
-            out.bot_audible_ms.append(ms)
+            audible_ms.append(ms)
         events = vad.update(speaking, end)
         frame = Frame(
             end=end,
@@ -230,3 +235,98 @@ def ms_of(segments: list[Segment]) -> int:
 
 
 Check = Callable[[Outcome], None]
+
+
+# --- the same script through the duplex `cascade` backend ----------------------------------
+
+WINDOW = 512  # the gateway's speech windows
+
+
+async def run_duplex(
+    script: list[Segment],
+    hears: list[Hears],
+    *,
+    config: TurnTaking | None = None,
+    bot: Bot | None = None,
+    unit_ms: int = 200,
+    tail_ms: int = 3000,
+) -> Outcome:
+    """Drive CascadeDuplexBackend with the script: the caller's audio in units with the
+    gateway's speech windows, fakes that answer by the script. Decisions are read off the
+    engine the backend drives; the bot's audio is not followed (the gateway plays it)."""
+    from agents.cascade.stt import Transcript
+    from agents.duplex.cascade_backend import CascadeDuplexBackend, CascadeDuplexConfig
+    from agents.duplex.protocol import Prepare
+
+    bot = bot or Bot()
+    out = Outcome(bot_audible_ms=None)
+    reply_s = bot.reply_ms / 1000
+
+    def end_ms(audio: np.ndarray) -> int:
+        return int((float(audio.max()) + 1) * 1000 // RATE) if audio.size else 0
+
+    class Stt:
+        def transcribe(self, audio: np.ndarray) -> Transcript:
+            rule = _rule(hears, end_ms(audio))
+            # Evidence that `assess` reads as the rule's verdict.
+            no_speech = 0.9 if rule.hearing is Hearing.NOTHING else 0.0
+            logprob = -0.2 if rule.hearing is Hearing.HEARD else -3.0
+            return Transcript(rule.text, no_speech, logprob)
+
+    class EndOfTurn:
+        def predict(self, audio: np.ndarray) -> float:
+            return _rule(hears, end_ms(audio)).probability
+
+    class Tts:
+        sample_rate = RATE
+
+        def synthesize(self, text: str) -> np.ndarray:
+            return np.full(int(reply_s * RATE), 0.1, np.float32)
+
+    class Llm:
+        async def stream(self, messages: object) -> AsyncIterator[str]:
+            yield "Here is the reply."
+
+    backend = CascadeDuplexBackend(
+        stt=Stt(),
+        tts=Tts(),
+        llm=Llm(),
+        end_of_turn=EndOfTurn(),
+        vad_factory=lambda: None,  # type: ignore[arg-type, return-value]
+        config=CascadeDuplexConfig(turn_taking=config or TurnTaking()),
+    )
+    await backend.prepare(Prepare(system_prompt="", unit_ms=unit_ms))
+    engine = backend.engine
+    engine._emit_to = lambda event: out.events.append((_pos_ms(engine), event))
+
+    def spy(method: Callable[..., list[Decision]]) -> Callable[..., list[Decision]]:
+        def wrapped(*args: object) -> list[Decision]:
+            decisions = method(*args)
+            out.decisions.extend((_pos_ms(engine), d) for d in decisions)
+            return decisions
+
+        return wrapped
+
+    engine.frame = spy(engine.frame)  # type: ignore[method-assign]
+    engine.evaluated = spy(engine.evaluated)  # type: ignore[method-assign]
+    engine.failed = spy(engine.failed)  # type: ignore[method-assign]
+
+    speaking = [s for s, _ in _frames(script, tail_ms)]
+    total = len(speaking) * FRAME
+    unit = RATE * unit_ms // 1000
+    position = 0
+    while position + unit <= total:
+        audio = np.arange(position, position + unit, dtype=np.float32)
+        first = -(-position // WINDOW)
+        last = (position + unit) // WINDOW
+        probs = [
+            1.0 if speaking[min(len(speaking) - 1, (w * WINDOW + WINDOW // 2) // FRAME)] else 0.0
+            for w in range(first, last)
+        ]
+        await backend.process_unit(audio, probs)
+        position += unit
+    return out
+
+
+def _pos_ms(engine: TurnEngine) -> int:
+    return engine.position * 1000 // RATE - 20
