@@ -31,7 +31,7 @@ from agents.events import (
     SpeechStop,
     TurnCapped,
 )
-from agents.turns.text import is_backchannel, is_farewell, looks_unfinished, sounds_finished
+from agents.turns.text import is_farewell, looks_unfinished, sounds_finished, takes_the_turn
 from media.vad import SpeechStarted, SpeechStopped, VadEvent
 
 __all__ = [
@@ -463,10 +463,11 @@ class TurnEngine:
         overlap = self._overlap
         assert overlap is not None
         speech_ms = _ms((overlap.stopped or self.position) - overlap.start)
-        # Nothing made out of it (a noise, a hum) or a backchannel's words: the bot goes
-        # on. Someone who means to interrupt keeps talking, and that interrupts by length.
+        # Nothing made out of it, a backchannel's words, or a hum Whisper made words of:
+        # the bot goes on. Short words that take the turn ("stop", "no, Saturday") stop
+        # it; someone who means to interrupt keeps talking, and that stops it by length.
         if result.hearing is not Hearing.HEARD or (
-            is_backchannel(result.text) and speech_ms <= self.cfg.backchannel_max_ms
+            not takes_the_turn(result.text) and speech_ms <= self.cfg.backchannel_max_ms
         ):
             self._result = None
             self._emit(Backchannel(speech_ms=speech_ms, text=result.text))

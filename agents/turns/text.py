@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["is_backchannel", "is_farewell", "looks_unfinished", "sounds_finished"]
+__all__ = [
+    "is_backchannel",
+    "is_farewell",
+    "looks_unfinished",
+    "sounds_finished",
+    "takes_the_turn",
+]
 
 # Words a sentence does not end on ("what is it for?" ends on a question mark): someone
 # who stops after one is still thinking.
@@ -83,3 +89,27 @@ def is_farewell(text: str) -> bool:
     # first tell me the hours".
     rest = _FAREWELL.sub(" ", lowered)
     return all(word in _POLITE for word in _WORD.findall(rest))
+
+
+# Short words over the bot that mean "let me speak": a caller stopping it in a word or two.
+_TURN_TAKING_WORDS = frozenset(
+    """
+    stop wait no nope hold hang sorry excuse pardon actually but what why how hey hello
+    hi operator agent human person representative cancel repeat again help wrong not
+    """.split()
+)
+
+
+def takes_the_turn(text: str) -> bool:
+    """Short words over the bot that stop it: "stop", "wait", "no, Saturday", a question.
+
+    Anything else that short is taken for a hum or a noise: Whisper writes a hummed
+    "mhm" as "M-A-M", "and make him" or "in a game" (measured on espeak and Piper), and
+    a bot that stopped for those would never get a long reply out. Someone who meant to
+    interrupt keeps talking, and that stops the bot by its length.
+    """
+    if is_backchannel(text):
+        return False
+    if text.rstrip().endswith("?"):
+        return True
+    return any(word in _TURN_TAKING_WORDS for word in _WORD.findall(text.lower()))

@@ -168,6 +168,12 @@ CASES = [
         backchannel_resumes,
     ),
     Case(
+        "a hum Whisper makes words of ('M-A-M', 'and make him') is a backchannel",
+        [Say(1500), Quiet(1500), Say(500)],
+        [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "And make him.", 0.1)],
+        backchannel_resumes,
+    ),
+    Case(
         "a hum the transcript makes nothing of does not cost the reply",
         [Say(1500), Quiet(1500), Say(300)],
         [
