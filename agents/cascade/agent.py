@@ -472,7 +472,14 @@ class CascadeAgent:
                 "mouth_to_mouth_ms": timing.mouth_to_mouth_ms,
             }
             self._emit(
-                TurnTimingEvent(speech_end_ms=timing.speech_end * 1000 / RATE, **turn.latency)
+                TurnTimingEvent(
+                    speech_end_ms=timing.speech_end * 1000 / RATE,
+                    end_of_turn_ms=timing.end_of_turn_ms,
+                    stt_ms=timing.stt_ms,
+                    llm_first_token_ms=timing.llm_first_token_ms,
+                    tts_first_audio_ms=timing.tts_first_audio_ms,
+                    mouth_to_mouth_ms=timing.mouth_to_mouth_ms,
+                )
             )
 
     def _bot_turn_over(self, turn: Turn) -> None:

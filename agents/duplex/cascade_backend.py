@@ -187,6 +187,11 @@ class CascadeDuplexBackend:
 
     name = "cascade"
     keypad_input = True
+    # Per-session state, set by _reset.
+    _reply: ReplyStream | None
+    _playing_samples: int
+    _keys: str
+    _keys_quiet: int
 
     def __init__(
         self,
@@ -345,8 +350,9 @@ class CascadeDuplexBackend:
         return [*system, *self._history, *self._turns]
 
     def _reset(self, request: Prepare) -> None:
-        if getattr(self, "_reply", None) is not None:
-            self._reply.cancel()
+        reply = getattr(self, "_reply", None)
+        if reply is not None:
+            reply.cancel()
         self.config = self._base_config.with_overrides(request.config)
         self.engine = TurnEngine(self.config.turn_taking)
         self._activity = VoiceActivity(
