@@ -21,8 +21,6 @@ from ops.line import LineConditions
 from ops.simulate import CallerTurn, CallReport
 from tests.conftest import (
     AUTH_TOKEN,
-    GREETING,
-    INTERRUPTION,
     Bot,
     ServerThread,
     place_call,
@@ -95,38 +93,7 @@ async def test_a_spoken_question_gets_a_spoken_answer_on_topic(
     assert caller_turns and words(caller_turns[0].text) & {"weather", "london", "whether"}
 
 
-async def test_a_caller_who_talks_over_the_bot_gets_a_clear_and_a_truthful_history(
-    bot: Bot,
-) -> None:
-    report = await call(bot, INTERRUPTION, hangup_after_ms=3000)
-
-    assert report.clears, "no clear was sent when the caller barged in"
-    barge_start = report.turns[0].speech_start_ms
-    assert report.clears[0] - barge_start < 1200
-    greeting_turn = session(bot, report).conversation.turns[0]
-    assert greeting_turn.speaker is Speaker.BOT
-    assert greeting_turn.truncated
-    assert greeting_turn.text and GREETING.startswith(greeting_turn.text.rstrip(".,!? "))
-    assert len(greeting_turn.text) < len(GREETING) * 0.8, greeting_turn.text
-    # The bot stopped: what the caller heard of the greeting is about as long as the
-    # time until the clear, not the whole greeting.
-    _, first_end = report.bot_utterances[0]
-    assert first_end <= report.clears[0] + 100
-
-
-async def test_a_backchannel_does_not_stop_the_bot(bot: Bot) -> None:
-    report = await call(
-        bot,
-        CallerTurn(text="Okay.", after="bot_speaking", delay_ms=1500),
-        hangup_after_ms=3000,
-    )
-
-    assert report.clears == []
-    greeting_turn = session(bot, report).conversation.turns[0]
-    assert not greeting_turn.truncated
-    assert greeting_turn.text == GREETING
-    start, end = report.bot_utterances[0]
-    assert end - start > 5000, "the greeting did not play to the end"
+# Interruptions and backchannels: tests/test_turn_taking_calls.py.
 
 
 async def test_the_bots_own_echo_does_not_interrupt_it(bot: Bot) -> None:

@@ -69,7 +69,7 @@ from agents.turns.text import sounds_finished
 from media.frontend import FrontEndOutput
 
 if TYPE_CHECKING:
-    from app.metrics import Metrics
+    from agents.metrics import AgentMetrics as Metrics
 
 __all__ = [
     "RESUME_NOTE",

@@ -1,0 +1,92 @@
+"""Turn taking end to end: a real server, a Twilio-protocol caller, what the caller hears.
+
+Interruptions stop the bot at once, a backchannel does not cost the caller the rest of
+the reply, a pause mid-sentence is not answered, speech that cannot be made out is asked
+for again, and a goodbye gets a goodbye. Times are the simulator's, at the caller's ear.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agents.cascade.agent import DEFAULT_FAREWELL, DEFAULT_REPROMPT
+from agents.conversation import Speaker
+from ops.caller_voice import speak
+from ops.simulate import CallerTurn, CallReport
+from tests.conftest import GREETING, INTERRUPTION, Bot, place_call
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def session(bot: Bot, report: CallReport):  # type: ignore[no-untyped-def]
+    return bot.services.calls[report.call_sid]
+
+
+def bot_lines(bot: Bot, report: CallReport) -> list[str]:
+    turns = session(bot, report).conversation.turns
+    return [t.text for t in turns if t.speaker is Speaker.BOT]
+
+
+async def test_an_interruption_stops_the_bot_within_a_fraction_of_a_second(bot: Bot) -> None:
+    report = await place_call(bot, INTERRUPTION, hangup_after_ms=3000)
+
+    onset = report.turns[0].speech_start_ms
+    assert report.clears, "no clear was sent when the caller barged in"
+    # What the caller heard of the bot after starting to speak: the issue's target is
+    # 250 ms at p50 (`offhook bench turns`); a loaded test machine gets some slack.
+    heard_until = max(end for start, end in report.bot_utterances if start < onset)
+    assert heard_until - onset < 600, f"the bot played on {heard_until - onset:.0f} ms"
+    greeting = session(bot, report).conversation.turns[0]
+    assert greeting.truncated and GREETING.startswith(greeting.text.rstrip(".,!? "))
+
+
+async def test_a_backchannel_costs_the_caller_nothing_of_the_reply(bot: Bot) -> None:
+    report = await place_call(
+        bot,
+        CallerTurn(text="Okay.", after="bot_speaking", delay_ms=1500),
+        hangup_after_ms=3000,
+    )
+
+    greeting = session(bot, report).conversation.turns[0]
+    assert greeting.text == GREETING and not greeting.truncated
+    assert len(bot_lines(bot, report)) == 1, "a backchannel is not a turn to answer"
+    # The bot may pause while the caller hums, then goes on: everything is heard.
+    heard_ms = sum(end - start for start, end in report.bot_utterances)
+    models = session(bot, report).models
+    greeting_ms = len(models.canned[GREETING]) * 1000 / models.tts.sample_rate
+    assert heard_ms >= greeting_ms - 300, (heard_ms, greeting_ms)
+
+
+async def test_a_pause_in_the_middle_of_a_sentence_is_not_answered(bot: Bot) -> None:
+    first = speak("I would like to book a table for")
+    rest = speak("four people on Friday evening, please.")
+    audio = np.concatenate([first, np.zeros(8000, np.int16), rest])  # a 1 s pause
+    report = await place_call(bot, CallerTurn(audio=audio), hangup_after_ms=6000)
+
+    turn = report.turns[0]
+    pause_start = turn.speech_start_ms + len(first) / 8
+    spoken_over = [s for s, _ in report.bot_utterances if pause_start <= s < turn.speech_end_ms]
+    assert spoken_over == [], "the bot answered into the caller's pause"
+    assert turn.latency_ms is not None, "the finished sentence got no answer"
+    callers = [t for t in session(bot, report).conversation.turns if t.speaker is Speaker.CALLER]
+    assert len(callers) == 1, [t.text for t in callers]
+
+
+async def test_speech_that_cannot_be_made_out_is_asked_for_again(bot: Bot) -> None:
+    # Played backwards: speech to the ear and to speech detection, no words to Whisper.
+    garbled = speak("Can I speak to someone about my bill, please?")[::-1].copy()
+    report = await place_call(bot, CallerTurn(audio=garbled), hangup_after_ms=5000)
+
+    assert report.turns[0].latency_ms is not None, "the caller was left in silence"
+    assert bot_lines(bot, report)[-1] == DEFAULT_REPROMPT
+
+
+async def test_a_goodbye_is_heard_and_answered_with_a_goodbye(bot: Bot) -> None:
+    report = await place_call(bot, CallerTurn(text="Thank you, bye!"), hangup_after_ms=5000)
+
+    assert report.turns[0].latency_ms is not None, "the goodbye got no answer"
+    turns = session(bot, report).conversation.turns
+    callers = [t.text for t in turns if t.speaker is Speaker.CALLER]
+    assert callers and "bye" in callers[0].lower()
+    assert bot_lines(bot, report)[-1] == DEFAULT_FAREWELL
