@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from agents.events import EndOfTurn, parse_timeline
 from ops.caller_voice import CallerVoice
 from ops.line import EchoPath, LineConditions, NoiseSource, active_rms
 from ops.measure import BENCH_TOKEN, machine, percentile
@@ -309,7 +310,9 @@ def score_call(result: ConditionResult, report: CallReport, record: Path, texts:
             result.matched_recorded += 1
         else:
             result.own_echo_turns += 1
-    decisions = [e["t_ms"] for e in timeline if e["event"] == "end_of_turn"]
+    decisions = [
+        t for t, event in parse_timeline(timeline) if isinstance(event, EndOfTurn) and t is not None
+    ]
     for (start, end, text), said in zip(spoken, report.turns, strict=True):
         heard = [t["text"] for t in callers if overlaps(t, start, end)]
         if heard:
