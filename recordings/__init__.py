@@ -49,14 +49,15 @@ timeline.jsonl
     Append-only, one JSON object per line, each line flushed to the OS when written:
     `{"t_ms": float (call clock), "event": str, ...data}`. Values are coerced to JSON
     (numpy scalars to numbers, NaN to null, anything unknown to str()). A crash may
-    leave a last line without its newline; readers skip it. Events are free-form; these
-    are the ones the store reads back for a crashed call:
+    leave a last line without its newline; readers skip it. Each kind of event is one
+    class in agents/events.py (its name and fields); readers turn lines back into those
+    with `agents.events.parse_event`. The store reads these back for a crashed call:
 
         caller_turn  {"text", "start_ms", "end_ms"}
-        bot_turn     {"text", "start_ms", "end_ms", "truncated", "intended", "latency"}
+        bot_turn     {"turn_id", "text", "intended", "truncated", "start_ms", "end_ms"}
         turn_timing  {"mouth_to_mouth_ms", ...}
-        barge_in     {...}
-        error        {"message", ...}
+        barge_in     {"turn_id", "heard", "truncated"}
+        error        {"stage", "error"}   (written as "backend_error" before 2026-11-23)
 
 caller.wav
     PCM16 mono 8 kHz; sample i is call-clock sample i (caller audio as received, gaps
