@@ -12,7 +12,7 @@ import pytest
 
 from agents.cascade.agent import DEFAULT_FAREWELL, DEFAULT_REPROMPT
 from agents.conversation import Speaker
-from ops.caller_voice import speak
+from ops.caller_voice import CallerVoice, speak
 from ops.simulate import CallerTurn, CallReport
 from tests.conftest import GREETING, INTERRUPTION, Bot, place_call
 
@@ -74,9 +74,12 @@ async def test_a_pause_in_the_middle_of_a_sentence_is_not_answered(bot: Bot) -> 
 
 
 async def test_speech_that_cannot_be_made_out_is_asked_for_again(bot: Bot) -> None:
-    # Played backwards: speech to the ear and to speech detection, no words to Whisper.
-    garbled = speak("Can I speak to someone about my bill, please?")[::-1].copy()
-    report = await place_call(bot, CallerTurn(audio=garbled), hangup_after_ms=5000)
+    # French to an English Whisper: speech to the ear and to speech detection, but no
+    # words it can trust (measured: mean token log-probability -1.9, the limit -1.5).
+    french = CallerVoice("espeak", 165, "fr").speak(
+        "Bonjour, je voudrais réserver une table pour quatre personnes."
+    )
+    report = await place_call(bot, CallerTurn(audio=french), hangup_after_ms=5000)
 
     assert report.turns[0].latency_ms is not None, "the caller was left in silence"
     assert bot_lines(bot, report)[-1] == DEFAULT_REPROMPT

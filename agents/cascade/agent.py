@@ -272,9 +272,12 @@ class CascadeAgent:
                     self._answer(decision)
                 case Reprompt():
                     self._emit(RepromptEvent(reason=decision.reason, speech_ms=decision.speech_ms))
-                    self._start_response(
-                        TurnTiming(speech_end=decision.end), canned=self.reprompt, kind="reprompt"
+                    timing = TurnTiming(
+                        speech_end=decision.end,
+                        end_of_turn_ms=decision.silence_ms,
+                        stt_ms=self._stt_ms.pop(decision.end, 0.0),
                     )
+                    self._start_response(timing, canned=self.reprompt, kind="reprompt")
                 case Reopen():
                     await self._cancel_response(reason="caller_resumed")
                     if decision.restore and self._committed_turn is not None:
@@ -445,7 +448,7 @@ class CascadeAgent:
     ) -> None:
         try:
             if canned:
-                await self._speak_canned(turn, canned)
+                await self._speak_canned(turn, canned, timing)
             else:
                 await self._generate(turn, timing, note)
         except* BackendError as group:
@@ -499,15 +502,23 @@ class CascadeAgent:
     async def _synthesize(self, text: str) -> np.ndarray:
         return await self.models.scheduler.run(self, "tts", self.models.tts.synthesize, text)
 
-    async def _speak_canned(self, turn: Turn, text: str) -> None:
+    async def _speak_canned(self, turn: Turn, text: str, timing: TurnTiming | None = None) -> None:
         pcm = self.models.canned.get(text)
         if pcm is None:
             pcm = await self._synthesize(text)
-        await self._play(turn, pcm, text)
+        await self._play(turn, pcm, text, timing)
 
-    async def _play(self, turn: Turn, pcm: np.ndarray, text: str) -> int:
+    async def _play(
+        self, turn: Turn, pcm: np.ndarray, text: str, timing: TurnTiming | None = None
+    ) -> int:
         rate = self.models.tts.sample_rate
         starts_at = await self.playback.play(pcm, rate, text, turn.turn_id)
+        if timing is not None and timing.mouth_to_mouth_ms is None:
+            # Speech end (16 kHz clock) to the reply's expected start at the ear (8 kHz
+            # clock): both count caller audio received.
+            gap = starts_at / PHONE_RATE - timing.speech_end / RATE
+            timing.mouth_to_mouth_ms = gap * 1000
+            self.metrics.mouth_to_mouth_seconds.observe(max(gap, 0.0))
         if turn.start_ms is None:
             turn.start_ms = starts_at * 1000 / PHONE_RATE
         turn.end_ms = starts_at * 1000 / PHONE_RATE + len(pcm) * 1000 / rate
@@ -561,13 +572,7 @@ class CascadeAgent:
                     self._emit(FirstAudio(ms=elapsed * 1000, text=clause))
                     if timing is not None:
                         timing.tts_first_audio_ms = elapsed * 1000
-                starts_at = await self._play(turn, pcm, clause)
-                if timing is not None and timing.mouth_to_mouth_ms is None:
-                    # Speech end (16 kHz clock) to the reply's expected start at the ear
-                    # (8 kHz clock): both count caller audio received.
-                    gap = starts_at / PHONE_RATE - timing.speech_end / RATE
-                    timing.mouth_to_mouth_ms = gap * 1000
-                    self.metrics.mouth_to_mouth_seconds.observe(max(gap, 0.0))
+                await self._play(turn, pcm, clause, timing)
             if first and finished.is_set():
                 # Nothing speakable came back (empty, or only markup): the caller must not
                 # be left in silence after their turn. Treated as a failed reply.

@@ -203,6 +203,11 @@ SILENCE_LOGPROB = -1.0
 #   > 0.8 with words came only from non-speech and speech drowned in babble.
 UNRELIABLE_NO_SPEECH_PROB = 0.8
 UNRELIABLE_LOGPROB = -1.5
+# - Past this much speech the VAD outweighs Whisper's silence rule: a caller talking for
+#   seconds in a language or accent Whisper cannot follow (espeak French through a call:
+#   3 s of speech, no_speech_prob > 0.6, avg_logprob -1.9) must be asked again, never
+#   ignored. The longest non-speech the VAD passed was unprimed babble, 1.5 s.
+SPEECH_OUTWEIGHS_SILENCE_MS = 2000
 
 # Whisper's captions for sounds, not speech: "[BLANK_AUDIO]", "(coughs)", "*sighs*", "♪".
 _SOUND_CAPTION = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*|♪")
@@ -231,7 +236,9 @@ def assess(transcript: Transcript, *, speech_ms: int) -> Hearing:
     # Punctuation alone (tiny.en writes ". . ." on hiss at -0.09) vouches for no words.
     logprob = transcript.avg_logprob if words else -math.inf
     if no_speech > SILENCE_NO_SPEECH_PROB and logprob < SILENCE_LOGPROB:
-        return Hearing.NOTHING
+        if speech_ms < SPEECH_OUTWEIGHS_SILENCE_MS:
+            return Hearing.NOTHING
+        return Hearing.UNCLEAR
     if not words or no_speech > UNRELIABLE_NO_SPEECH_PROB or logprob < UNRELIABLE_LOGPROB:
         return Hearing.UNCLEAR
     return Hearing.HEARD

@@ -198,6 +198,7 @@ class Reprompt:
     reason: str
     speech_ms: int
     end: int
+    silence_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,7 +527,14 @@ class TurnEngine:
             heard and speech_ms >= self.cfg.min_reprompt_speech_ms
         ):
             # Never silence after someone spoke: ask them again, in a few words.
-            out.append(Reprompt(reason=result.hearing.value, speech_ms=speech_ms, end=end))
+            out.append(
+                Reprompt(
+                    reason=result.hearing.value,
+                    speech_ms=speech_ms,
+                    end=end,
+                    silence_ms=silence_ms,
+                )
+            )
             self._to(TurnState.REPLYING)
         else:
             self._emit(NotSpeech(speech_ms=speech_ms, text=result.text))

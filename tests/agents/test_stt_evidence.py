@@ -50,6 +50,11 @@ UNCLEAR_CASES = [
     ("words Whisper barely believes", Transcript("5", 0.60, avg_logprob=-1.65), 416),
     ("reversed speech", Transcript("He is a man, I am glad.", 0.14, avg_logprob=-1.68), 2464),
     ("confident words Whisper thinks are silence", Transcript("Thank you.", 0.92, -0.75), 800),
+    (
+        "seconds of speech Whisper cannot follow (French to tiny.en)",
+        Transcript("I'm going to be doing it.", 0.65, avg_logprob=-1.9),
+        3008,
+    ),
 ]
 
 NOTHING_CASES = [
