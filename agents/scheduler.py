@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
 import os
 import threading
@@ -102,7 +103,7 @@ def _on_loop(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> N
 
 
 def _cancel(job: _Job[Any]) -> None:
-    job.state = _State.DROPPED
+    """Cancel a job already taken out of its queue (under the lock, marked DROPPED)."""
     _on_loop(job.loop, job.future.cancel)
 
 
@@ -118,6 +119,11 @@ def _settle(job: _Job[T], result: T | None, error: BaseException | None) -> None
             future.set_result(result)  # type: ignore[arg-type]
 
     _on_loop(job.loop, settle)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def lower_thread_priority(niceness: int) -> None:
@@ -198,7 +204,7 @@ class _Lane:
         with self._cond:
             if job.state is not _State.QUEUED:
                 return
-            queue = self._queues[job.owner]
+            queue = self._queues[job.owner]  # a QUEUED job is in its owner's queue
             queue.remove(job)
             if not queue:
                 del self._queues[job.owner]
@@ -211,6 +217,8 @@ class _Lane:
             if not queue:
                 return []
             self._queued -= len(queue)
+            for job in queue:
+                job.state = _State.DROPPED
             return list(queue)
 
     def close(self) -> None:
@@ -218,6 +226,8 @@ class _Lane:
         with self._cond:
             self._closed = True
             dropped = [job for queue in self._queues.values() for job in queue]
+            for job in dropped:
+                job.state = _State.DROPPED
             self._queues.clear()
             self._queued = 0
             self._cond.notify_all()
@@ -305,7 +315,7 @@ class _Lane:
             return
         waiters, self._exit_waiters = self._exit_waiters, []
         for loop, exited in waiters:
-            _on_loop(loop, lambda exited=exited: exited.done() or exited.set_result(None))
+            _on_loop(loop, functools.partial(_resolve, exited))
 
     def _work(self) -> None:
         lower_thread_priority(self.niceness)
