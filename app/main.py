@@ -254,6 +254,7 @@ def create_app(settings: Settings, *, models: CascadeModels | None = None) -> St
                 "Anyone who finds this server can place calls through it."
             )
         async with AsyncExitStack() as stack:
+            stack.push_async_callback(services.scheduler.aclose)  # after all the rest
             services.pool = await open_pool(services, stack)
             background: list[asyncio.Task[None]] = []
             if services.models is None:
@@ -301,12 +302,15 @@ async def _look_after_records(services: Services) -> None:
 
 async def _load(services: Services, stack: AsyncExitStack) -> None:
     try:
-        services.models = await load_models(services.settings, stack)
+        models = await load_models(services.settings, stack)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
         services.load_error = f"{type(exc).__name__}: {exc}"
         log.exception("loading models failed")
         return
+    # Calls run their model jobs through the app's scheduler, which feeds /metrics.
+    models.scheduler = services.scheduler
+    services.models = models
     services.ready.set()
     log.info("models loaded; ready for calls")

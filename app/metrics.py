@@ -7,6 +7,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 # Seconds; phone latency lives between 50 ms and a few seconds.
 _LATENCY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25, 1.5, 2, 3, 5, 10)
+# A model job's queue wait is mostly nothing; on a busy box, tens to hundreds of ms.
+_QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.025, *_LATENCY_BUCKETS)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -54,6 +56,29 @@ class Metrics:
         self.frontend_seconds = Counter(
             "offhook_frontend_cpu_seconds", "Time spent in the audio front end.", registry=r
         )
+        # The model scheduler's (agents/scheduler.py) hooks feed these.
+        self.model_queue_seconds = Histogram(
+            "offhook_model_queue_seconds",
+            "A model job's wait for a model thread, by stage (stt, end_of_turn, tts).",
+            ["stage"],
+            buckets=_QUEUE_BUCKETS,
+            registry=r,
+        )
+        self.model_run_seconds = Histogram(
+            "offhook_model_run_seconds",
+            "A model job's time on its model thread, by stage.",
+            ["stage"],
+            buckets=_QUEUE_BUCKETS,
+            registry=r,
+        )
+
+    def model_waited(self, stage: str, seconds: float) -> None:
+        """`ModelScheduler`'s on_wait hook (called in a model thread; thread-safe)."""
+        self.model_queue_seconds.labels(stage=stage).observe(seconds)
+
+    def model_ran(self, stage: str, seconds: float) -> None:
+        """`ModelScheduler`'s on_run hook."""
+        self.model_run_seconds.labels(stage=stage).observe(seconds)
 
     def _histogram(self, name: str, doc: str) -> Histogram:
         return Histogram(name, doc, buckets=_LATENCY_BUCKETS, registry=self.registry)

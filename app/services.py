@@ -15,6 +15,7 @@ from agents.duplex.pool import PoolMetrics, WorkerPool
 # Model loading lives in agents/, where `offhook worker` can use it without the app; the
 # name stays importable from here for code not yet moved to `agents.loading`.
 from agents.loading import load_models
+from agents.scheduler import ModelScheduler
 from app.metrics import Metrics
 from app.settings import Settings
 from telephony.security import CallTokens, WebhookValidator
@@ -46,6 +47,12 @@ class Services:
         self.calls: OrderedDict[str, CallSession] = OrderedDict()
         self.open_records: set[str] = set()
         self.pool: WorkerPool | None = None
+        # Every call's model jobs (STT, end of turn, TTS) go through this one scheduler,
+        # on threads of its own, taking the calls in turn; its queue waits go to /metrics.
+        # The app hands it to the models it loads (app.main) and closes it at shutdown.
+        self.scheduler = ModelScheduler(
+            on_wait=self.metrics.model_waited, on_run=self.metrics.model_ran
+        )
 
     def recording_now(self) -> set[str]:
         """Calls whose records are still being written: never repaired or cleaned up."""
