@@ -104,7 +104,11 @@ def _on_loop(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> N
 
 def _cancel(job: _Job[Any]) -> None:
     """Cancel a job already taken out of its queue (under the lock, marked DROPPED)."""
-    _on_loop(job.loop, job.future.cancel)
+    _on_loop(job.loop, functools.partial(_cancel_future, job.future))
+
+
+def _cancel_future(future: asyncio.Future[Any]) -> None:
+    future.cancel()
 
 
 def _settle(job: _Job[T], result: T | None, error: BaseException | None) -> None:

@@ -27,7 +27,7 @@ import functools
 import os
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -236,10 +236,10 @@ async def _talker(
 
 
 def _load(settings: Any) -> list[Callable[[], Any]]:
-    """Constructors of the three models, as `app.services.load_models` builds them."""
+    """Constructors of the three models, as `agents.loading.load_models` builds them."""
+    from agents.assets import STT_ASSETS, ModelCache
     from agents.cascade.stt import WhisperTranscriber
     from agents.cascade.tts import PiperSpeaker
-    from app.assets import STT_ASSETS, ModelCache
     from media.turn import EndOfTurnModel
 
     cache = ModelCache(settings.model_cache_dir)
@@ -285,7 +285,7 @@ async def _run_mode(mode: str, args: argparse.Namespace, workload: Workload) -> 
 
     if args.mode == "pool":
 
-        async def run_model(owner: int, stage: str, fn: Callable[..., T], *a: Any) -> T:
+        async def pool_run(owner: Hashable, stage: str, fn: Callable[..., T], *a: Any) -> T:
             queued = time.perf_counter()
 
             def timed() -> T:
@@ -298,6 +298,7 @@ async def _run_mode(mode: str, args: argparse.Namespace, workload: Workload) -> 
 
             return await asyncio.to_thread(timed)
 
+        run_model: Runner = pool_run
         constructors = _load(settings)
         stt, tts, eot = await asyncio.gather(*(asyncio.to_thread(c) for c in constructors))
         front_runners: list[Callable[..., Awaitable[Any]]] = [asyncio.to_thread] * args.calls
@@ -395,7 +396,7 @@ def print_lanes(title: str, result: dict[str, object]) -> None:
     Console().print(table)
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from agents.scheduler import MODEL_NICENESS
 
     lanes = sub.add_parser(
