@@ -360,11 +360,10 @@ class EchoIgnored(CallEvent):
 @_event
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Clear(CallEvent):
-    """`clear` was sent to Twilio."""
+    """`clear` was sent to Twilio (reason: hold, barge_in, short_interruption, dtmf...)."""
 
     name: ClassVar[str] = "clear"
     reason: str = ""
-    decision_to_clear_ms: float = 0.0
 
 
 @_event

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
-from agents.events import EventSink, MarkEchoed, MarkSent
+from agents.events import Clear, EventSink, MarkEchoed, MarkSent
 from media.codec import mulaw_encode
 from media.playout import Heard, PlayoutClock
 from media.resample import resample
@@ -78,6 +78,11 @@ class Playback:
     def holding(self) -> bool:
         return self._held is not None
 
+    def stopped_at(self) -> int:
+        """Where on the call clock the caller stopped hearing the bot, were it cleared now:
+        at the hold if it is held, else now."""
+        return self._held_at if self._held is not None else self.now()
+
     async def play(self, pcm: np.ndarray, rate: int, text: str, turn_id: int) -> int:
         """Send one clause; returns the call-clock sample where it is expected to start.
 
@@ -118,6 +123,7 @@ class Playback:
         # with it (the clock keeps ~1 s of played audio).
         backup = self.clock.render(now - PHONE_RATE * RESUME_BACKUP_MS // 1000, now)
         await self._sink.send_clear()
+        self._emit(Clear(reason="hold"))
         self._held_heard = self.clock.cleared(now)
         self._held_at = now
         pieces = [_Piece(_pcm16(u.pcm), u.text, u.turn_id) for u in rest]
@@ -138,7 +144,7 @@ class Playback:
             await self._send(piece.pcm16, piece.text, piece.turn_id)
         return self.now() - self._held_at
 
-    async def clear(self) -> list[Heard]:
+    async def clear(self, reason: str = "barge_in") -> list[Heard]:
         """Drop everything not yet heard: what the caller heard of each turn."""
         if self._held is not None:
             # Twilio was cleared at the hold; what was heard was decided then.
@@ -146,6 +152,7 @@ class Playback:
             heard, self._held_heard = self._held_heard, []
             return heard
         await self._sink.send_clear()
+        self._emit(Clear(reason=reason))
         return self.clock.cleared(self.now())
 
     def audible(self) -> bool:

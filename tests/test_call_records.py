@@ -19,6 +19,20 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
+from agents.events import (
+    BargeIn,
+    Clear,
+    EndOfTurn,
+    Hold,
+    MarkEchoed,
+    MarkSent,
+    SpeechStart,
+    SpeechStop,
+    StreamStart,
+    StreamStop,
+    parse_timeline,
+)
+from agents.events import CallerTurn as CallerTurn_
 from ops.calls import main as calls_main
 from ops.local_server import free_port
 from ops.simulate import CallerTurn, SimulationConfig, simulate_call
@@ -65,16 +79,13 @@ async def test_a_barged_in_call_leaves_a_complete_record_on_one_clock(bot: Bot) 
     assert abs(len(caller) - len(report.caller_audio)) <= 8000 * 0.3
     assert len(heard) == len(caller)
     # bot.wav holds what the caller heard: the greeting until the clear, then silence.
-    clear_ms = next(e["t_ms"] for e in record.timeline() if e["event"] == "clear")
+    timeline = parse_timeline(record.timeline())
+    clear_ms = next(t for t, e in timeline if isinstance(e, Clear))
     assert abs(clear_ms - report.clears[0]) < 300
     cut = int(clear_ms * 8)
     assert rms_db(heard[cut - 8000 : cut - 400]) > -40, "the greeting before the clear is missing"
     next_reply = next(
-        (
-            e["t_ms"]
-            for e in record.timeline()
-            if e["event"] == "mark_sent" and e["t_ms"] > clear_ms + 50
-        ),
+        (t for t, e in timeline if isinstance(e, MarkSent) and t and t > clear_ms + 50),
         len(heard) / 8,
     )
     assert rms_db(heard[cut + 800 : int(next_reply * 8)]) < -60, (
@@ -85,20 +96,21 @@ async def test_a_barged_in_call_leaves_a_complete_record_on_one_clock(bot: Bot) 
     start, end = int(turn.speech_start_ms * 8), int(turn.speech_end_ms * 8)
     assert rms_db(caller[start:end]) > -35
 
-    events = [e["event"] for e in record.timeline()]
-    for name in (
-        "stream_start",
-        "vad_start",
-        "vad_stop",
-        "barge_in",
-        "clear",
-        "end_of_turn",
-        "caller_turn",
-        "mark_sent",
-        "mark_echoed",
-        "stream_stop",
+    kinds = {type(e) for _, e in timeline}
+    for kind in (
+        StreamStart,
+        SpeechStart,
+        SpeechStop,
+        Hold,
+        BargeIn,
+        Clear,
+        EndOfTurn,
+        CallerTurn_,
+        MarkSent,
+        MarkEchoed,
+        StreamStop,
     ):
-        assert name in events, name
+        assert kind in kinds, kind.name
     turns = record.transcript()["turns"]
     greeting = turns[0]
     assert greeting["speaker"] == "bot" and greeting["truncated"]
@@ -196,7 +208,7 @@ def test_a_server_killed_mid_call_leaves_a_readable_record(tmp_path: Path) -> No
     assert record.meta["ended_with"] == "crashed"
     assert len(record.caller_audio()) > 8000 * 4
     assert rms_db(record.bot_audio()) > -50, "the greeting the caller heard is lost"
-    assert any(e["event"] == "stream_start" for e in record.timeline())
+    assert any(isinstance(e, StreamStart) for _, e in parse_timeline(record.timeline()))
     # And the operator's CLI reads it like any other call.
     assert calls_main(["--data-dir", str(tmp_path), "show", call_sid]) == 0
 

@@ -14,6 +14,7 @@ import uvicorn
 from agents.cascade.agent import CascadeModels
 from agents.duplex.cascade_backend import CascadeDuplexBackend
 from agents.duplex.worker import create_worker_app
+from agents.events import Fallback, parse_timeline
 from media.vad import SileroVad
 from ops.local_server import ServerThread, free_port
 from ops.simulate import CallerTurn, SimulationConfig, simulate_call
@@ -111,8 +112,5 @@ async def test_a_worker_killed_mid_call_hands_the_call_to_the_cascade(
     assert session.fallbacks == ["cascade"]
     meta = RecordStore(bot.settings.calls_dir).open(report.call_sid).meta
     assert meta["agent"] == "duplex" and meta["fallbacks"] == ["cascade"]
-    assert any(
-        "cascade" in str(e.get("to"))
-        for e in RecordStore(bot.settings.calls_dir).open(report.call_sid).timeline()
-        if e["event"] == "fallback"
-    )
+    timeline = parse_timeline(RecordStore(bot.settings.calls_dir).open(report.call_sid).timeline())
+    assert any(isinstance(e, Fallback) and e.target == "cascade" for _, e in timeline)

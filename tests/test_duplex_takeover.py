@@ -21,6 +21,7 @@ from agents.cascade.agent import CascadeModels
 from agents.cascade.llm import OpenAIChat
 from agents.conversation import Conversation, Speaker, Turn
 from agents.duplex.local import LocalWorkers
+from agents.events import Fallback, parse_timeline
 from ops.local_server import ServerThread, free_port
 from ops.simulate import CallerTurn, SimulationConfig, simulate_call
 from recordings.store import RecordStore
@@ -99,8 +100,8 @@ async def test_a_worker_process_killed_mid_question_hands_the_question_to_the_ca
     session = bot.services.calls[report.call_sid]
     assert session.fallbacks == ["cascade"]
     record = RecordStore(bot.settings.calls_dir).open(report.call_sid)
-    fallback = [e for e in record.timeline() if e["event"] == "fallback"]
-    assert fallback and fallback[0]["reason"] == "worker_died"
+    fallback = [e for _, e in parse_timeline(record.timeline()) if isinstance(e, Fallback)]
+    assert fallback and fallback[0].reason == "worker_died"
     caller_turns = [t["text"] for t in record.transcript()["turns"] if t["speaker"] == "caller"]
     assert any("planet" in text.lower() for text in caller_turns), caller_turns
 

@@ -38,7 +38,6 @@ from agents.events import (
     ReplyCancelled,
     ReplyStart,
 )
-from agents.events import Clear as ClearEvent
 from agents.events import Hold as HoldEvent
 from agents.events import Reprompt as RepromptEvent
 from agents.events import Resume as ResumeEvent
@@ -359,12 +358,11 @@ class CascadeAgent:
     # --- interruptions -----------------------------------------------------------------
 
     async def _barge_in(self, reason: str) -> None:
-        started = time.perf_counter()
         turn = self._response_turn
         await self._cancel_response(reason="barge_in")
-        heard = await self.playback.clear()
+        cleared_ms = self.playback.stopped_at() * 1000 / PHONE_RATE
+        heard = await self.playback.clear(reason)
         self.metrics.barge_ins.inc()
-        cleared_ms = self.playback.now() * 1000 / PHONE_RATE
         reported = set()
         for record in heard:
             self._cut_bot_turn(record.turn_id, record.text, cleared_ms)
@@ -379,9 +377,6 @@ class CascadeAgent:
             self._emit(BargeIn(turn_id=turn.turn_id, heard=text, truncated=text != turn.intended))
         if turn is not None and self._response_audible:
             self._bot_turn_over(turn)
-        self._emit(
-            ClearEvent(reason=reason, decision_to_clear_ms=(time.perf_counter() - started) * 1000)
-        )
 
     def _cut_bot_turn(self, turn_id: int, text: str, cleared_ms: float) -> None:
         if (turn := self.conversation.bot_turn(turn_id)) is not None:
@@ -405,7 +400,7 @@ class CascadeAgent:
         self._drop_evaluation()
         if self._response is not None or self.playback.holding:
             await self._cancel_response(reason="dtmf")
-            for record in await self.playback.clear():
+            for record in await self.playback.clear("dtmf"):
                 self.conversation.heard(record.turn_id, record.text)
             if self._response_turn is not None and self._response_audible:
                 self._bot_turn_over(self._response_turn)

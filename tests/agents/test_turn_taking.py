@@ -261,6 +261,7 @@ async def call(
         yield session
     finally:
         await session.hang_up()
+        await session.agent.models.scheduler.aclose()  # its model threads end with the call
 
 
 def at_8_khz(pcm: np.ndarray) -> int:

@@ -207,7 +207,7 @@ def build_call(root: Path, spec: CallSpec) -> CallRecord:
             heard = " ".join(heard_words[: max(1, int(len(heard_words) * share))])
             bot.update(text=heard, truncated=True, end_ms=cleared)
             events.append((cleared, BargeIn(turn_id=turn_id, heard=heard, truncated=True)))
-            events.append((cleared, Clear(reason="barge_in", decision_to_clear_ms=3.2)))
+            events.append((cleared, Clear(reason="barge_in")))
             at, audio = pieces[-1]
             pieces[-1] = (at, audio[: _samples(cleared - at)])
             barge_ins += 1
