@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol, Self
 
+from agents.turns.settings import TurnSettings
+
 
 class ModelSettings(Protocol):
     """What `agents.loading.load_models` reads: where the models are and how to run them."""
@@ -72,30 +74,12 @@ class ModelSettings(Protocol):
         ...
 
 
-class AgentSettings(ModelSettings, Protocol):
-    """What the duplex cascade backend (and so `offhook worker`) reads.
-
-    The turn-taking members are those of `agents.turns.settings.TurnSettings`, so an
-    AgentSettings is also a TurnSettings.
-    """
+class AgentSettings(ModelSettings, TurnSettings, Protocol):
+    """What the duplex cascade backend (and so `offhook worker`) reads: the models, the
+    turn taking, and these."""
 
     @property
     def vad_threshold(self) -> float: ...
-
-    @property
-    def end_of_turn_threshold(self) -> float: ...
-
-    @property
-    def end_of_turn_min_silence_ms(self) -> int: ...
-
-    @property
-    def end_of_turn_max_silence_ms(self) -> int: ...
-
-    @property
-    def barge_in_min_speech_ms(self) -> int: ...
-
-    @property
-    def echo_margin_db(self) -> float: ...
 
     @property
     def history_turns(self) -> int: ...

@@ -35,7 +35,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from agents.events import Clear, SpeechStart, SpeechStop, parse_timeline
+from agents.events import Clear, parse_timeline
+from ops.plot import speech_spans
 from ops.simulate import (
     FRAME_SAMPLES,
     After,
@@ -159,17 +160,7 @@ def caller_segments(
         start, end = _number(turn.get("start_ms")), _number(turn.get("end_ms"))
         if start is not None and end is not None and end > start:
             spans.append((start, end, str(turn.get("text") or "")))
-    opened: float | None = None
-    for t_ms, event in parse_timeline(timeline):
-        if t_ms is None:
-            continue
-        if isinstance(event, SpeechStart) and opened is None:
-            opened = t_ms
-        elif isinstance(event, SpeechStop) and opened is not None:
-            spans.append((opened, t_ms, ""))
-            opened = None
-    if opened is not None:
-        spans.append((opened, end_ms, ""))
+    spans += [(start, end, "") for start, end in speech_spans(timeline, end_ms)]
     merged: list[list[Any]] = []
     for start, end, text in sorted(spans, key=lambda s: (s[0], s[1])):
         start, end = max(0.0, start), min(end, end_ms)
