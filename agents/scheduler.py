@@ -11,12 +11,17 @@ thread and the first queues behind it.
   calls one job per free thread, taking the calls in turn (each call its own FIFO), so
   a call with a backlog cannot starve another; what each job waited is measured.
 
-The model threads also run at a lower CPU priority (a higher nice value) than the rest
-of the process, and the models are loaded on them (`app/services.py`): the compute
-threads of CTranslate2 and onnxruntime are created by the thread that loads a model
-and inherit its niceness, whichever thread later calls it. The operating system then
-runs a front-end frame as soon as it is ready, ahead of inference.
-`offhook bench lanes` (ops/bench_lanes.py) measures both lanes against one shared pool.
+The model threads also run at a lower CPU priority (nice +5) than the front ends, so
+the operating system runs a ready frame ahead of inference. Linux keeps nice per
+thread, and a thread starts with its creator's: the compute threads of CTranslate2
+(its replica thread and OpenMP team) and onnxruntime (its intra-op pool) are created
+by the thread that *loads* the model, not the one calling it. Models loaded on these
+threads (`scheduler.run(owner, "load", constructor)`) run entirely at their priority;
+loaded elsewhere, only the calling thread's share (onnxruntime runs on the caller too,
+and all the Python around the models) is nicer. `offhook bench lanes` measured no
+difference between the two for the front end (--load-on) on 2 cores.
+
+`offhook bench lanes` (ops/bench_lanes.py) measures the lanes against one shared pool.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ T = TypeVar("T")
 Hook = Callable[[str, float], None]
 
 # Measured with `offhook bench lanes` on 2 cores (see ModelScheduler's docstring).
-MODEL_THREADS: Final = 2
+MODEL_THREADS: Final = 3
 MODEL_NICENESS: Final = 5
 FRONTEND_NICENESS: Final = 0
 # A worker with nothing to do for this long exits; the next job starts a new one. So
@@ -362,12 +367,19 @@ class ModelScheduler(_Lane):
     +`MODEL_NICENESS`). `on_wait(stage, seconds)` gets each job's time in the queue,
     `on_run(stage, seconds)` its time running; both are called in the worker thread.
 
-    Two threads (`MODEL_THREADS`), measured with `offhook bench lanes` on 2 cores with
-    Whisper on 2 CTranslate2 threads, Piper on 2 onnxruntime threads and Smart Turn on
-    1: one thread serialises Smart Turn behind Whisper on the same turn, and a turn's
-    answer waits for both; three or more add only contention (each job runs slower and
-    CTranslate2 runs one Whisper job at a time anyway), and the front end's frames wait
-    longer for a core.
+    Three threads (`MODEL_THREADS`) at nice +5 (`MODEL_NICENESS`), measured with
+    `offhook bench lanes` on 2 cores (4 front ends in real time, 4 callers keeping
+    Whisper tiny.en on 2 threads, Piper on 2 and Smart Turn on 1 busy): one or two
+    threads leave a core idle while a job's serial parts run (Smart Turn is single
+    threaded; Whisper's decoder barely parallel), so queues grow: the time to a turn's
+    decision was 1170 / 810-830 ms at its median against 530-580 ms with three or four
+    threads. Four did no better than three, and queue less, so fairness has less to act
+    on. Nice +5 halved the front end's p99 (33-37 ms -> 18-19 ms, max 55-94 -> 33-39 ms)
+    at three and four threads for no measurable loss of model throughput.
+
+    There are no stage priorities: a call's next job is the one that call is waiting
+    for, whether its Whisper job or its reply's first clause, and the queue waits of
+    the three stages measured alike (p90 200-460 ms under overload).
     """
 
     def __init__(
@@ -406,8 +418,10 @@ class ModelScheduler(_Lane):
 class FrontEndLane(_Lane):
     """Threads for per-frame work only, at normal priority: never behind a model job.
 
-    A call owns a one-thread lane (`app/call.py`), which keeps its front end's frames
-    in order and on one thread, and away from every other call's frames too.
+    A call owns a one-thread lane (`app/call.py`): its frames stay in order on one
+    thread, away from every other call's, and the call needs nothing from the app.
+    `offhook bench lanes` found one two-thread lane shared by four calls no different
+    (frame p99 14-16 ms either way, while the models kept both cores busy).
     """
 
     def __init__(
