@@ -11,7 +11,14 @@ It runs that twice (or more, `--modes`):
 
 - `pool`: everything through `asyncio.to_thread`, one shared default pool (before);
 - `lanes`: each call's front end on its own `FrontEndLane`, the models through a
-  `ModelScheduler` (owner = caller), the models loaded on its threads.
+  `ModelScheduler` (owner = caller); the models loaded through `asyncio.to_thread`,
+  as `agents.loading` does (`--load-on scheduler`: on the scheduler's threads, so
+  their compute threads inherit its niceness).
+
+A mode may override the options: `--modes pool,lanes/threads=2,lanes/niceness=0`.
+Everything here competes for the same cores as whatever else runs on the box, so
+each mode reports the CPU that other processes took meanwhile: compare runs only
+where that is near zero. `--rounds` alternates the modes to share out such noise.
 
 Reported per mode: a frame's latency from its due time (when Twilio would have
 delivered it) to its processed output, p50 / p99 / max and how many were over 100 ms;
@@ -427,8 +434,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     lanes.add_argument(
         "--load-on",
         choices=("scheduler", "pool"),
-        default="scheduler",
-        help="lanes: load the models on the scheduler's threads or asyncio's pool",
+        default="pool",
+        help="lanes: load the models through asyncio's pool (as the app) or the scheduler",
     )
     lanes.add_argument("--stt", default="", help="Whisper model (default: STT_MODEL's)")
     return lanes
