@@ -126,7 +126,7 @@ class Settings:
     )
     barge_in_min_speech_ms: int = _env_field(
         "BARGE_IN_MIN_SPEECH_MS",
-        600,
+        1000,
         "Caller speech over the bot that interrupts it whatever its words (from speech "
         "onset). The bot's audio stops at the caller's first loud words anyway (a hold); "
         "shorter speech whose words are a backchannel ('mhm', 'okay') lets it go on.",

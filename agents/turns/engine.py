@@ -68,12 +68,14 @@ class TurnTaking:
     unfinished_max_silence_ms: int = 2000
     # A statement (not a question) the end-of-turn model is unsure of waits this long:
     # a sentence can be the first of several.
-    statement_min_silence_ms: int = 600
+    statement_min_silence_ms: int = 700
     # Someone talking for this long (reading out, explaining) pauses between sentences
     # that each sound finished: only a question, or this much quiet, ends the turn.
-    long_turn_s: float = 4.0
+    long_turn_s: float = 3.0
     long_turn_min_silence_ms: int = 1200
-    barge_in_min_speech_ms: int = 600  # speech over the bot this long is an interruption
+    # Speech over the bot this long is an interruption whatever its words (backchannels
+    # like "uh-huh, yeah" run to ~900 ms; the bot is held from the first words anyway).
+    barge_in_min_speech_ms: int = 1000
     # Loud speech over the bot this long holds the bot's audio (within ~0.15 s of onset).
     hold_min_speech_ms: int = 60
     # Short speech over the bot (a held bot) that is shorter than this and whose words
@@ -419,8 +421,12 @@ class TurnEngine:
         self._to(state)
 
     def _check_length_cap(self, out: list[Decision]) -> None:
-        """A turn that never pauses is judged at its cap, not waited on forever."""
-        length = self.position - self._utterance_start
+        """Speech that never pauses is judged at the cap, not waited on forever.
+
+        Counted from the last pause, not the turn's start: someone reading out a minute
+        of text with pauses between sentences is heard whole.
+        """
+        length = self.position - self._speech_start
         if length < self.cfg.max_utterance_s * RATE or self._evaluating is not None:
             return
         if self.position < self._next_cap_check:
@@ -468,7 +474,8 @@ class TurnEngine:
         # the bot goes on. Short words that take the turn ("stop", "no, Saturday") stop
         # it; someone who means to interrupt keeps talking, and that stops it by length.
         if result.hearing is not Hearing.HEARD or (
-            not takes_the_turn(result.text) and speech_ms <= self.cfg.backchannel_max_ms
+            not takes_the_turn(result.text, speech_ms=speech_ms)
+            and speech_ms <= self.cfg.backchannel_max_ms
         ):
             self._result = None
             self._emit(Backchannel(speech_ms=speech_ms, text=result.text))
@@ -542,33 +549,34 @@ class TurnEngine:
 
     def _complete(self, result: Evaluation, silence_ms: int) -> bool:
         cfg = self.cfg
-        length_s = (result.end - self._utterance_start) / RATE
-        if result.capped:
-            if length_s >= cfg.hard_max_utterance_s:
-                return True
-            return result.probability >= cfg.end_of_turn_threshold or (
-                sounds_finished(result.text) and not looks_unfinished(result.text)
-            )
+        sure = result.probability >= cfg.end_of_turn_threshold
         text = result.text
         unfinished = looks_unfinished(text)
-        question = text.rstrip().endswith("?")
-        # Two weak signals agreeing is enough: Smart Turn scores flat prosody (synthetic
-        # or monotone callers) low even on complete questions.
-        finished = not unfinished and (
-            result.probability >= cfg.end_of_turn_threshold
-            or (result.probability >= cfg.end_of_turn_threshold / 5 and sounds_finished(text))
-        )
+        if result.capped:
+            run_s = (result.end - self._speech_start) / RATE
+            if run_s >= cfg.hard_max_utterance_s:
+                return True
+            return sure or (sounds_finished(text) and not unfinished)
+        length_s = (result.end - self._utterance_start) / RATE
+        question = text.rstrip().endswith("?") and not unfinished
+        # How long a pause ends the turn, by what the words say. Smart Turn scores flat
+        # prosody (synthetic or monotone callers, measured 0.01-0.02 on Piper questions)
+        # low even on complete questions, so Whisper's punctuation leads and Smart Turn
+        # can only shorten the wait.
         if result.hearing is not Hearing.HEARD:
-            finished = result.probability >= cfg.end_of_turn_threshold
-        min_silence = cfg.min_silence_ms
-        if not question and result.probability < cfg.end_of_turn_threshold:
-            min_silence = max(min_silence, cfg.statement_min_silence_ms)
+            wait = cfg.min_silence_ms if sure else cfg.max_silence_ms
+        elif unfinished:
+            wait = cfg.unfinished_max_silence_ms
+        elif question or sure or is_farewell(text):
+            wait = cfg.min_silence_ms
+        elif sounds_finished(text):
+            # A statement can be the first of several sentences.
+            wait = cfg.statement_min_silence_ms
+        else:
+            wait = cfg.max_silence_ms
         if length_s >= cfg.long_turn_s and not question:
-            min_silence = max(min_silence, cfg.long_turn_min_silence_ms)
-        if finished and silence_ms >= min_silence:
-            return True
-        limit = cfg.unfinished_max_silence_ms if unfinished else cfg.max_silence_ms
-        return silence_ms >= max(limit, min_silence)
+            wait = max(wait, cfg.long_turn_min_silence_ms)
+        return silence_ms >= wait
 
     def _evaluate(self, end: int, out: list[Decision]) -> None:
         self._evaluating = Evaluate(self._utterance_start, end, speech_ms=_ms(self._speech_in_turn))

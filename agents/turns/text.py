@@ -25,7 +25,7 @@ _DANGLING = frozenset(
 # "mhm" as "Mm-hmm", "Mhm", "Hmm" or "Uh-huh", with or without punctuation.
 _BACKCHANNELS = frozenset(
     """
-    mhm mmhmm mm-hmm mm hmm hm uh-huh uhhuh uh huh yeah yes yep yup ok okay right sure
+    mhm mhmm mmhm mmhmm mm mmm hmm hm uhhuh uhuh uh huh yeah yes yep yup ok okay right sure
     alright aha ah oh i see got it gotcha true exactly indeed cool great nice wow
     """.split()
 )
@@ -56,7 +56,8 @@ def looks_unfinished(text: str) -> bool:
 
 def is_backchannel(text: str) -> bool:
     """Only listener noises ("mhm", "okay", "right", "yeah, yeah", "uh-huh")."""
-    words = _WORD.findall(text.lower())
+    # Whisper spells hums out: "M-H-M", "Mm-hmm", "uh-huh", "M.H.M".
+    words = [w.replace("-", "") for w in _WORD.findall(text.lower().replace(".", "-"))]
     if not words or len(words) > 4:
         return False
     joined = " ".join(words)
@@ -100,16 +101,21 @@ _TURN_TAKING_WORDS = frozenset(
 )
 
 
-def takes_the_turn(text: str) -> bool:
-    """Short words over the bot that stop it: "stop", "wait", "no, Saturday", a question.
+def takes_the_turn(text: str, *, speech_ms: int) -> bool:
+    """Short words over the bot that stop it: "stop", "wait", "no, Saturday", a question,
+    or a sentence of three words or more lasting 800 ms.
 
     Anything else that short is taken for a hum or a noise: Whisper writes a hummed
-    "mhm" as "M-A-M", "and make him" or "in a game" (measured on espeak and Piper), and
-    a bot that stopped for those would never get a long reply out. Someone who meant to
-    interrupt keeps talking, and that stops the bot by its length.
+    "mhm" as "M-A-M", "and make him" or "in a game" (measured on espeak and Piper: up
+    to four words within 740 ms), and a bot that stopped for those would never get a
+    long reply out. Someone who meant to interrupt keeps talking, and that stops the bot
+    by its length.
     """
     if is_backchannel(text):
         return False
     if text.rstrip().endswith("?"):
         return True
-    return any(word in _TURN_TAKING_WORDS for word in _WORD.findall(text.lower()))
+    words = _WORD.findall(text.lower())
+    if len(words) >= 3 and speech_ms >= 800:
+        return True
+    return any(word in _TURN_TAKING_WORDS for word in words)

@@ -106,6 +106,22 @@ CASES = [
         answered_once(QUESTION, after_ms=1500, within_ms=400),
     ),
     Case(
+        "a question is answered fast though Smart Turn scores its flat voice at 0.01",
+        [Say(1500)],
+        [Hears(10_000, QUESTION, probability=0.01)],
+        answered_once(QUESTION, after_ms=1500, within_ms=400),
+    ),
+    Case(
+        "half a minute read aloud with pauses is heard whole, past the no-pause cap",
+        [s for _ in range(6) for s in (Say(4200), Quiet(800))][:-1],
+        [
+            Hears(29_000, "And the next sentence of the order.", probability=0.3),
+            Hears(99_000, "That is the whole order.", probability=0.3),
+        ],
+        never_answered_before(6 * 4200 + 5 * 800 + 1200 - 20, "That is the whole order."),
+        duplex=False,
+    ),
+    Case(
         "a sure end-of-turn model answers a flat statement fast",
         [Say(1500)],
         [Hears(10_000, "Okay that sounds good", probability=0.9)],

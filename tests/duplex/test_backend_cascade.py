@@ -175,7 +175,8 @@ async def test_the_end_of_turn_model_holds_the_reply_until_the_silence_is_long()
 
 async def test_caller_talking_over_pending_audio_yields() -> None:
     stt = FakeStt()
-    backend = await prepared(make(stt=stt))
+    # Turn-taking settings reach the backend through Prepare.config.
+    backend = await prepared(make(stt=stt), barge_in_min_speech_ms=600)
     await backend.process_unit(speech(1.0))
     first = await backend.process_unit(np.concatenate((speech(0.3), silence(0.7))))
     assert first.action == "speak" and not first.end_of_turn
@@ -293,7 +294,7 @@ async def test_the_turn_ends_on_a_later_unit_when_the_llm_stops_after_the_last_c
 
 async def test_a_barge_in_stops_the_llm_writing() -> None:
     llm = GatedLlm(head=("Sure thing. ", "Let me see. "), tail=("It is noon.",))
-    backend = await prepared(make(llm=llm))
+    backend = await prepared(make(llm=llm), barge_in_min_speech_ms=600)
     await backend.process_unit(speech(1.0))
     await backend.process_unit(silence(1.0))
     barge = await backend.process_unit(speech(1.0))
@@ -317,7 +318,7 @@ async def test_an_llm_failure_mid_reply_ends_the_turn_with_what_was_said() -> No
 
 async def test_cleanup_stops_a_reply_being_written() -> None:
     llm = GatedLlm(head=("Sure thing. ", "Let me see. "), tail=("It is noon.",))
-    backend = await prepared(make(llm=llm))
+    backend = await prepared(make(llm=llm), barge_in_min_speech_ms=600)
     await backend.process_unit(speech(1.0))
     await backend.process_unit(silence(1.0))
     await backend.cleanup()
