@@ -575,7 +575,10 @@ class TurnEngine:
         else:
             wait = cfg.max_silence_ms
         if length_s >= cfg.long_turn_s and not question:
-            wait = max(wait, cfg.long_turn_min_silence_ms)
+            # Smart Turn being sure still counts: a long request that ends with a
+            # falling, final voice gets the statement's wait, not the reader's.
+            floor = cfg.statement_min_silence_ms if sure else cfg.long_turn_min_silence_ms
+            wait = max(wait, floor)
         return silence_ms >= wait
 
     def _evaluate(self, end: int, out: list[Decision]) -> None:

@@ -17,7 +17,7 @@ __all__ = [
 _DANGLING = frozenset(
     """
     a an the and or but because if than to for of with at in on by from into about
-    like my your our their um uh er erm
+    like my your our their um uh er erm is are was were am be
     """.split()
 )
 
@@ -30,7 +30,7 @@ _BACKCHANNELS = frozenset(
     """.split()
 )
 _BACKCHANNEL_PHRASES = frozenset({"i see", "got it", "all right", "uh huh", "mm hmm"})
-_WORD = re.compile(r"[a-z]+(?:[-'][a-z]+)*")
+_WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
 
 
 def sounds_finished(text: str) -> bool:
@@ -74,7 +74,8 @@ _FAREWELL = re.compile(
 _POLITE = frozenset(
     """
     that's thats that is all it thanks thank you so much very okay ok great perfect alright
-    right no cool and then well again for your help everything lovely wonderful
+    right no cool and then well again for your help everything lovely wonderful a lot
+    lots
     """.split()
 )
 

@@ -398,6 +398,8 @@ async def test_an_unfinished_sentence_with_a_maybe_waits_for_the_long_pause() ->
     assert (await backend.process_unit(np.concatenate((speech(0.4), silence(0.6))))).action == (
         "listen"
     )
+    # Words that stop where a sentence cannot ("is") get the 2 s pause, not 1 s.
+    assert (await backend.process_unit(silence(1.0))).action == "listen"
     assert (await backend.process_unit(silence(1.0))).action == "speak"
 
 
