@@ -14,6 +14,7 @@ import itertools
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,9 +49,15 @@ def worker(models: CascadeModels, tmp_path: Path) -> Iterator[LocalWorkers]:
         workers.stop()
 
 
-def bot_with(servers: ServerThread, models: CascadeModels, workers: LocalWorkers) -> Bot:
+def bot_with(
+    servers: ServerThread, models: CascadeModels, workers: LocalWorkers, **overrides: Any
+) -> Bot:
     bot = start_bot(
-        servers, models, twilio_auth_token=AUTH_TOKEN, duplex_workers=",".join(workers.urls)
+        servers,
+        models,
+        twilio_auth_token=AUTH_TOKEN,
+        duplex_workers=",".join(workers.urls),
+        **overrides,
     )
 
     async def healthy() -> None:
@@ -109,7 +116,13 @@ async def test_a_worker_process_killed_mid_question_hands_the_question_to_the_ca
 async def test_a_worker_process_killed_mid_reply_has_the_reply_finished_by_the_cascade(
     servers: ServerThread, models: CascadeModels, worker: LocalWorkers
 ) -> None:
-    bot = bot_with(servers, models, worker)
+    # A reply long enough to die in: the small LLM's answer to the default persona can
+    # be one sentence, all of it sent before the kill, and then nothing is owed.
+    storyteller = (
+        "You are a storyteller on the phone. Answer every request with a long story of "
+        "at least six sentences."
+    )
+    bot = bot_with(servers, models, worker, system_prompt=storyteller, llm_max_tokens=160)
     call_sid = "CA" + "7" * 32
     killed_at: list[float] = []  # call-clock ms
 
