@@ -57,7 +57,14 @@ async def test_under_background_voices_every_question_gets_an_answer(bot: Bot) -
     )
 
     assert [t.latency_ms is not None for t in report.turns] == [True, True], report.turns
-    assert report.clears == [], "the babble cleared the bot"
+    turns = bot.services.calls[report.call_sid].conversation.turns
+    assert not any(t.truncated for t in turns if t.speaker is Speaker.BOT), (
+        "the babble cut the bot short"
+    )
+    # The echo canceller holds the background down for the bot's first seconds, then
+    # lets it back: that surge can hold the bot once (a clear, then the reply resumes
+    # where the caller stopped hearing it) before the floor has caught up. Never more.
+    assert len(report.clears) <= 1, "the babble kept stopping the bot"
     # Two caller turns, the two questions: none made of the babble between them. (What
     # tiny.en makes of espeak under babble is another matter: `offhook bench stt`.)
     assert len(caller_turns(bot, report)) == 2, caller_turns(bot, report)
