@@ -138,6 +138,23 @@ class _Running:
     ticket: Evaluate
     task: asyncio.Task[Evaluation | BackendError]
     started: float
+    stt_from: int  # Whisper heard [stt_from, end); what came before is `_Transcribed`
+
+
+@dataclass(frozen=True, slots=True)
+class _Transcribed:
+    """A long turn's words up to one of its pauses, so later evaluations of the same turn
+    transcribe only what came after: a minute read aloud is heard whole (Whisper sees 30
+    s at most), and its last evaluation costs seconds less."""
+
+    start: int  # the utterance's start
+    end: int  # the pause
+    text: str
+
+
+# A turn transcribed this far in one piece is kept, and the next evaluation starts here
+# (Whisper's window is 10 s at least: shorter pieces would cost as much each).
+_PIECE_SAMPLES = 8 * RATE
 
 
 class CascadeAgent:
@@ -170,6 +187,7 @@ class CascadeAgent:
         self._audio = CallerAudio(RATE)
         self._running: _Running | None = None
         self._stt_ms: dict[int, float] = {}  # evaluation end -> its duration
+        self._transcribed: _Transcribed | None = None
         self._response: asyncio.Task[None] | None = None
         self._response_turn: Turn | None = None
         self._response_audible = False
@@ -265,6 +283,10 @@ class CascadeAgent:
                 self._start_response(None, canned=self.apology, kind="apology")
             return
         self._stt_ms[result.end] = (time.perf_counter() - running.started) * 1000
+        ticket = running.ticket
+        long_piece = ticket.end - running.stt_from >= _PIECE_SAMPLES
+        if long_piece and not ticket.capped and result.hearing is Hearing.HEARD:
+            self._transcribed = _Transcribed(ticket.start, ticket.end, result.text)
         await self._apply(self.engine.evaluated(result))
 
     async def _apply(self, decisions: list[Decision]) -> None:
@@ -312,8 +334,17 @@ class CascadeAgent:
     def _start_evaluation(self, ticket: Evaluate) -> None:
         self._drop_evaluation()
         audio = self._audio.slice(ticket.start, ticket.end)
-        task = self._spawn(self._evaluate(ticket, audio, ticket.speech_ms), "end-of-turn")
-        self._running = _Running(ticket=ticket, task=task, started=time.perf_counter())
+        before = self._transcribed
+        if before is None or before.start != ticket.start or before.end >= ticket.end:
+            before = None
+        stt_from = ticket.start if before is None else before.end
+        task = self._spawn(
+            self._evaluate(ticket, audio, audio[stt_from - ticket.start :], before),
+            "end-of-turn",
+        )
+        self._running = _Running(
+            ticket=ticket, task=task, started=time.perf_counter(), stt_from=stt_from
+        )
 
     def _drop_evaluation(self) -> None:
         if self._running is not None:
@@ -321,11 +352,16 @@ class CascadeAgent:
             self._running = None
 
     async def _evaluate(
-        self, ticket: Evaluate, audio: np.ndarray, speech_ms: int
+        self,
+        ticket: Evaluate,
+        audio: np.ndarray,
+        new_audio: np.ndarray,
+        before: _Transcribed | None,
     ) -> Evaluation | BackendError:
+        """Smart Turn on the utterance, Whisper on what `before` has not transcribed."""
         scheduler = self.models.scheduler
         eot = scheduler.run(self, "end_of_turn", self.models.end_of_turn.predict, audio)
-        stt = scheduler.run(self, "stt", self.models.stt.transcribe, audio)
+        stt = scheduler.run(self, "stt", self.models.stt.transcribe, new_audio)
         try:
             probability, transcript = await asyncio.gather(eot, stt)
         except BackendError as exc:
@@ -333,11 +369,16 @@ class CascadeAgent:
             return exc
         except Exception as exc:  # the end-of-turn model: onnxruntime errors
             return _eot_error(exc)
+        text, hearing = transcript.text, _hearing(transcript, ticket.speech_ms)
+        if before is not None:
+            # The turn was heard already; what came after its pause adds words, or not.
+            more = transcript.text.strip() if hearing is Hearing.HEARD else ""
+            text, hearing = f"{before.text.strip()} {more}".strip(), Hearing.HEARD
         return Evaluation(
             end=ticket.end,
             probability=float(probability),
-            text=transcript.text,
-            hearing=_hearing(transcript, speech_ms),
+            text=text,
+            hearing=hearing,
             capped=ticket.capped,
         )
 

@@ -398,6 +398,24 @@ async def test_a_short_pause_mid_sentence_keeps_one_turn() -> None:
         assert len(heard) == 2
 
 
+async def test_a_long_turn_is_transcribed_in_pieces_at_its_pauses() -> None:
+    # Whisper sees 30 s at most, and re-reading a whole minute at every pause would
+    # leave the caller waiting: once a turn has 8 s transcribed, later evaluations hear
+    # only what came after that pause, and the words are joined.
+    heard: list[np.ndarray] = []
+    stt = hearing("The first part of my story", "and the end of it.", heard=heard)
+    async with call(stt=stt, eot=end_of_turn(0.01)) as session:
+        await session.talk(9000)
+        await session.pause(300)
+        await session.talk(1000)
+        await session.pause(TurnTaking().long_turn_min_silence_ms)
+        await session.bot_said(REPLY_TEXT)
+        assert session.caller_turns() == ["The first part of my story and the end of it."]
+        assert len(heard) == 2
+        # The second piece: the pause and the last second of speech, not the 9 s again.
+        assert 1.0 * RATE <= len(heard[1]) <= 1.5 * RATE, len(heard[1]) / RATE
+
+
 CAPPED = TurnTaking(max_utterance_s=2.0, recheck_s=1.0, hard_max_utterance_s=5.0)
 
 
