@@ -192,11 +192,6 @@ class CascadeAgent:
         self._response_turn: Turn | None = None
         self._response_audible = False
         self._committed_turn: Turn | None = None
-        # The pause that ends the caller's turn is still running: the reply is made
-        # meanwhile and its audio waits for this (set once the pause is long enough).
-        self._pause_over = asyncio.Event()
-        self._pause_over.set()
-        self._play_at = 0
         self._digits = ""
         self._digit_task: asyncio.Task[None] | None = None
         self.timings: list[TurnTiming] = []
@@ -256,8 +251,6 @@ class CascadeAgent:
             bot_level_db=self.playback.reference_level_db() if over_bot else -120.0,
         )
         await self._apply(engine.frame(frame))
-        if engine.position >= self._play_at:
-            self._pause_over.set()
         self._audio.keep_from(self._keep_from())
 
     def _keep_from(self) -> int:
@@ -399,11 +392,9 @@ class CascadeAgent:
         self._emit(CallerTurn(text=answer.text, start_ms=turn.start_ms, end_ms=turn.end_ms))
         if answer.farewell and self.farewell:
             # A fixed line, at once: a goodbye needs no model, and it must not ramble.
-            self._start_response(
-                timing, canned=self.farewell, kind="farewell", play_at=answer.play_at
-            )
+            self._start_response(timing, canned=self.farewell, kind="farewell")
         else:
-            self._start_response(timing, kind="answer", play_at=answer.play_at)
+            self._start_response(timing, kind="answer")
 
     # --- interruptions -----------------------------------------------------------------
 
@@ -467,17 +458,10 @@ class CascadeAgent:
         canned: str = "",
         note: str = "",
         kind: str = "answer",
-        play_at: int = 0,
     ) -> None:
-        """`play_at`: the reply's audio waits until the caller's audio reaches it."""
         if self._response is not None and not self._response.done():
             # One bot turn at a time: a newer turn supersedes the one still speaking.
             self._response.cancel()
-        self._play_at = play_at
-        if play_at > self.engine.position:
-            self._pause_over.clear()
-        else:
-            self._pause_over.set()
         turn = self.conversation.start_bot()
         self._response_turn = turn
         self._response_audible = False
@@ -564,8 +548,6 @@ class CascadeAgent:
         self, turn: Turn, pcm: np.ndarray, text: str, timing: TurnTiming | None = None
     ) -> int:
         rate = self.models.tts.sample_rate
-        if not self._response_audible:
-            await self._pause_over.wait()
         starts_at = await self.playback.play(pcm, rate, text, turn.turn_id)
         if timing is not None and timing.mouth_to_mouth_ms is None:
             # Speech end (16 kHz clock) to the reply's expected start at the ear (8 kHz

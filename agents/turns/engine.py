@@ -7,12 +7,6 @@ end-of-turn evaluations, what the bot is doing — and carries out the typed dec
 returns: evaluate the turn so far, commit it and reply, ask the caller to repeat, hold
 the bot's audio, resume it, or clear it and cut the bot's turn to what was heard.
 
-At the caller's pause, Smart Turn and the words decide how long a pause ends the turn
-(200 ms for a question, 700 ms for a statement, 2 s for words left hanging...). Words
-heard are answered AT ONCE, with the moment the reply may be heard (`Answer.play_at`):
-the reply is made while the pause runs, so a long pause costs no model time on top; if
-the caller goes on first, the reply is dropped unheard and the turn reopens (Reopen).
-
 Over the bot, the caller's first loud words HOLD the bot (what is queued at Twilio is
 cleared and kept) so it stops within a few frames of their onset. A backchannel ("mhm",
 "okay") or a noise RESUMES it from where the caller stopped hearing it; speech that goes
@@ -195,11 +189,8 @@ class Answer:
     text: str
     start: int
     end: int
-    silence_ms: int  # the pause that ends this turn (the reply is heard no sooner)
+    silence_ms: int
     farewell: bool = False  # the caller is saying goodbye: a goodbye is the answer
-    # The reply may reach the caller from here (`end` + the pause). It is made at once,
-    # while the pause runs: if the caller goes on first, a Reopen drops it unheard.
-    play_at: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -509,18 +500,10 @@ class TurnEngine:
         silence_ms = 0 if self._speech_end is None else _ms(self.position - result.end)
         if result.capped:
             silence_ms = 0
-            if not self._capped_complete(result):
+        if not self._complete(result, silence_ms):
+            if result.capped:
                 self._result = None  # looked at again in recheck_s
-                return
-        else:
-            wait = self._pause_ms(result)
-            # Words heard: the reply is made now and held until the pause is long
-            # enough (`play_at`), so a long pause costs the caller no model time.
-            # Anything else waits the pause out before deciding.
-            speculate = result.hearing is Hearing.HEARD and bool(result.text.strip())
-            if not speculate and silence_ms < wait:
-                return
-            silence_ms = max(silence_ms, wait)
+            return
         self._result = None
         self._emit(
             EndOfTurn(
@@ -543,7 +526,6 @@ class TurnEngine:
                     end=end,
                     silence_ms=silence_ms,
                     farewell=is_farewell(text),
-                    play_at=max(self.position, end + _samples(silence_ms)),
                 )
             )
             self._committed = True
@@ -565,21 +547,16 @@ class TurnEngine:
             self._emit(NotSpeech(speech_ms=speech_ms, text=result.text))
             self._to(TurnState.LISTENING)
 
-    def _capped_complete(self, result: Evaluation) -> bool:
-        """A turn with no pause, at its length cap: is it over anyway?"""
-        cfg = self.cfg
-        run_s = (result.end - self._speech_start) / RATE
-        if run_s >= cfg.hard_max_utterance_s:
-            return True
-        sure = result.probability >= cfg.end_of_turn_threshold
-        return sure or (sounds_finished(result.text) and not looks_unfinished(result.text))
-
-    def _pause_ms(self, result: Evaluation) -> int:
-        """How long a pause ends this turn, by what its words and Smart Turn say."""
+    def _complete(self, result: Evaluation, silence_ms: int) -> bool:
         cfg = self.cfg
         sure = result.probability >= cfg.end_of_turn_threshold
         text = result.text
         unfinished = looks_unfinished(text)
+        if result.capped:
+            run_s = (result.end - self._speech_start) / RATE
+            if run_s >= cfg.hard_max_utterance_s:
+                return True
+            return sure or (sounds_finished(text) and not unfinished)
         length_s = (result.end - self._utterance_start) / RATE
         question = text.rstrip().endswith("?") and not unfinished
         # How long a pause ends the turn, by what the words say. Smart Turn scores flat
@@ -602,7 +579,7 @@ class TurnEngine:
             # falling, final voice gets the statement's wait, not the reader's.
             floor = cfg.statement_min_silence_ms if sure else cfg.long_turn_min_silence_ms
             wait = max(wait, floor)
-        return wait
+        return silence_ms >= wait
 
     def _evaluate(self, end: int, out: list[Decision]) -> None:
         self._evaluating = Evaluate(self._utterance_start, end, speech_ms=_ms(self._speech_in_turn))
