@@ -373,7 +373,7 @@ async def test_a_short_pause_mid_sentence_keeps_one_turn() -> None:
 
 async def test_a_long_turn_is_transcribed_in_pieces_at_its_pauses() -> None:
     # Whisper sees 30 s at most, and re-reading a whole minute at every pause would
-    # leave the caller waiting: once a turn has 8 s transcribed, later evaluations hear
+    # leave the caller waiting: once a turn has 4 s transcribed, later evaluations hear
     # only what came after that pause, and the words are joined.
     heard: list[np.ndarray] = []
     stt = hearing("The first part of my story", "and the end of it.", heard=heard)
