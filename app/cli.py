@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "bench":
         return bench(argv[1:])
     if argv and argv[0] == "worker":
-        from agents.duplex.worker import worker_main
+        from agents.duplex.worker_cli import worker_main
 
         return worker_main(argv[1:], load_settings=Settings.from_env)
     if argv and argv[0] == "calls":
