@@ -13,8 +13,9 @@ core/processors/unified.py (DuplexView.cleanup). What it keeps from the real cod
 - unit lengths: the first unit is padded at the front to 1,035 ms (16,560 samples); any
   later unit under 1 s gives success=False, "audio not enough", after `<unit>` was
   already fed (so a short unit corrupts the context: `dangling_units` counts them);
-- a listen returns one second of zeros at 24 kHz; with no voice (`prompt_wav_path`) at
-  prepare, a spoken unit has text and `audio_waveform=None`;
+- a listen returns one second of zeros at 24 kHz; a spoken unit float32 audio at 24 kHz,
+  left-padded to a second unless it ends the turn (`_generate_waveform_from_tokens`);
+  with no voice (`prompt_wav_path`) at prepare, text and `audio_waveform=None`;
 - while the model's turn is open a sampled listen is rewritten to keep speaking; only
   the first `force_listen_count` units or a break/stop make it listen;
 - stop/break: `set_session_stop()` sets both events; prefill then returns success=False
@@ -401,6 +402,8 @@ class FakeDuplex:
         if self.generate_audio and self.voice:
             t = np.arange(24000 * len(words) // WORDS_PER_UNIT, dtype=np.float32) / 24000
             audio = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+            if not end_of_turn and audio.size < 24000:  # left-padded to a second, as token2wav
+                audio = np.pad(audio, (24000 - audio.size, 0))
         return {
             "is_listen": False,
             "text": " ".join(words),
