@@ -271,6 +271,7 @@ class CallSession:
             greeting_pcm=self.models.canned.get(self.settings.greeting),
             greeting_rate=self.models.tts.sample_rate,
             on_event=self._log_event,
+            worker_token=self.settings.worker_token,
         )
         try:
             await duplex.run(inputs)

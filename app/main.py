@@ -15,6 +15,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from agents.cascade.agent import CascadeModels
+from agents.duplex.supervisor import WorkerSupervisor
 from agents.loading import load_models
 from app.call import CallSession
 from app.metrics import CONTENT_TYPE
@@ -45,6 +46,9 @@ NOT_READY_MESSAGE = "Sorry, the assistant is starting up. Please call again in a
 # WebSocket close codes: 1008 policy violation (bad signature or token), 1013 try again later.
 POLICY_VIOLATION = 1008
 TRY_AGAIN_LATER = 1013
+# Local workers load the same models as the gateway (cascade) or a 20 GB model from disk
+# (minicpmo); past this the app takes calls anyway, on the cascade until they are ready.
+LOCAL_WORKERS_READY_S = 300.0
 
 
 def _services(conn: HTTPConnection) -> Services:
@@ -242,8 +246,17 @@ async def metrics(request: Request) -> Response:
     return Response(_services(request).metrics.render(), media_type=CONTENT_TYPE)
 
 
-def create_app(settings: Settings, *, models: CascadeModels | None = None) -> Starlette:
-    """The app. Pass `models` to share already-loaded models (tests, benchmarks)."""
+def create_app(
+    settings: Settings,
+    *,
+    models: CascadeModels | None = None,
+    local_workers: WorkerSupervisor | None = None,
+) -> Starlette:
+    """The app. Pass `models` to share already-loaded models (tests, benchmarks).
+
+    `local_workers` (`serve --local-workers`): started with the app, waited for before it
+    takes calls, watched while it runs, and stopped with it.
+    """
     services = Services(settings, models=models)
 
     @contextlib.asynccontextmanager
@@ -255,12 +268,20 @@ def create_app(settings: Settings, *, models: CascadeModels | None = None) -> St
             )
         async with AsyncExitStack() as stack:
             stack.push_async_callback(services.scheduler.aclose)  # after all the rest
-            services.pool = await open_pool(services, stack)
+            if local_workers is not None:
+                await stack.enter_async_context(local_workers)
+            services.pool = await open_pool(
+                services, stack, local_workers.report if local_workers is not None else None
+            )
             background: list[asyncio.Task[None]] = []
             if services.models is None:
                 background.append(asyncio.create_task(_load(services, stack), name="load-models"))
             else:
                 services.ready.set()
+            if local_workers is not None:
+                # The gateway's own models load meanwhile (workers may need its LLM).
+                await local_workers.wait_ready(LOCAL_WORKERS_READY_S)
+                background.append(asyncio.create_task(local_workers.run(), name="workers"))
             if settings.recording:
                 background.append(
                     asyncio.create_task(_look_after_records(services), name="records")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -80,8 +81,16 @@ class Services:
         self.metrics.active_calls.set(self.active_calls)
 
 
-async def open_pool(services: Services, stack: AsyncExitStack) -> WorkerPool | None:
-    """The duplex worker pool, when workers are configured; health checks start now."""
+async def open_pool(
+    services: Services,
+    stack: AsyncExitStack,
+    on_unhealthy: Callable[[str, str], None] | None = None,
+) -> WorkerPool | None:
+    """The duplex worker pool, when workers are configured; health checks start now.
+
+    `on_unhealthy(url, reason)` hears of every lease given back broken (a supervisor of
+    local workers restarts those).
+    """
     urls = services.settings.worker_urls
     if not urls:
         return None
@@ -89,6 +98,7 @@ async def open_pool(services: Services, stack: AsyncExitStack) -> WorkerPool | N
         urls,
         max_queue=services.settings.duplex_queue,
         metrics=PoolMetrics(services.metrics.registry),
+        on_unhealthy=on_unhealthy,
     )
     await pool.start()
     stack.push_async_callback(pool.aclose)

@@ -193,6 +193,25 @@ class Settings:
         "DUPLEX_QUEUE", 16, "Calls that may wait for a worker at once (beyond: cascade)."
     )
     unit_ms: int = _env_field("UNIT_MS", 1000, "Caller audio per duplex unit (200..2000 ms).")
+    worker_token: str = _env_field(
+        "WORKER_TOKEN",
+        "",
+        "Shared secret between the gateway and its duplex workers, sent at the worker "
+        "WebSocket handshake (Authorization: Bearer) and compared in constant time. Set "
+        "the same value on both sides; empty: workers take any session (loopback only!).",
+        secret=True,
+    )
+    worker_session_timeout_s: float = _env_field(
+        "WORKER_SESSION_TIMEOUT_S",
+        30.0,
+        "A worker closes a session that sends it nothing (idle or paused) for this long.",
+    )
+    omni_voice_wav: str = _env_field(
+        "OMNI_VOICE_WAV",
+        "",
+        "WAV (5-15 s of clear speech) whose voice a `minicpmo` worker speaks with. Empty: "
+        "the bundled Piper voice, the cascade's own, so a fallback keeps the same voice.",
+    )
     # --- playout -----------------------------------------------------------------------
     chunk_ms: int = _env_field(
         "CHUNK_MS",
@@ -254,6 +273,10 @@ class Settings:
             raise SettingsError(f"UNIT_MS must be within 200..2000, got {self.unit_ms}")
         if self.history_turns < 1:
             raise SettingsError(f"HISTORY_TURNS must be >= 1, got {self.history_turns}")
+        if self.worker_session_timeout_s <= 0:
+            raise SettingsError(
+                f"WORKER_SESSION_TIMEOUT_S must be > 0, got {self.worker_session_timeout_s}"
+            )
         if self.max_calls < 1:
             raise SettingsError(f"MAX_CALLS must be >= 1, got {self.max_calls}")
         if self.llm_base_url and not self.llm_model:

@@ -90,6 +90,7 @@ class DuplexAgent:
         greeting: str = "",
         stall_grace_s: float = 1.0,
         on_event: EventSink | None = None,
+        worker_token: str = "",
     ) -> None:
         self.lease = lease
         self.playback = playback
@@ -103,6 +104,7 @@ class DuplexAgent:
         self._greeting_rate = greeting_rate
         self._stall_grace_s = stall_grace_s
         self._emit: EventSink = on_event or (lambda _event: None)
+        self._token = worker_token
         self._session = WorkerSession()
         self._bot_turn: Turn | None = None
         self._sent_at: dict[int, float] = {}
@@ -118,6 +120,7 @@ class DuplexAgent:
                     history=self.conversation.messages()[1:],
                     unit_ms=self._unit_ms,
                 ),
+                token=self._token,
             )
             if self._greeting and self._greeting_pcm is not None:
                 turn = self.conversation.start_bot()
@@ -136,7 +139,7 @@ class DuplexAgent:
 
     async def _fall_back(self, reason: str, inputs: CallInputs) -> None:
         self.fell_back = reason
-        self.lease.release(healthy=False)
+        self.lease.release(healthy=False, reason=reason)
         if self._metrics is not None:
             self._metrics.fallbacks.labels(reason=reason).inc()
         self._emit(Fallback(source="duplex", target="cascade", reason=reason))
@@ -200,7 +203,9 @@ class DuplexAgent:
                 timeout = max(0.05, oldest + allowance - time.perf_counter())
             result = await self._session.next_result(timeout_s=timeout)
             sent = self._sent_at.pop(result.seq, None)
-            if sent is not None and self._metrics is not None:
+            if sent is None:  # a result for a unit never sent, or answered twice
+                raise WorkerDied(f"{self.lease.url} answered unit {result.seq}, which is not out")
+            if self._metrics is not None:
                 self._metrics.unit_seconds.observe(time.perf_counter() - sent)
             await self._apply(result)
 
