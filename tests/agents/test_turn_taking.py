@@ -57,9 +57,11 @@ GREETING = (
     "you hear lasts exactly one tenth of a second."
 )
 APOLOGY = "Sorry, I'm having trouble right now."
-CALLER_SAYS = "I'd like to book a table."
+CALLER_SAYS = "Can I book a table for two?"
 REPLY = ["Of course", ". For how ", "many people?"]
 REPLY_TEXT = "Of course. For how many people?"
+# A statement (not a short answer) is answered after this pause, however sure Smart Turn is.
+STATEMENT_PAUSE_MS = TurnTaking().statement_min_silence_ms
 BOT_LEVEL_DB = 20 * math.log10(BOT_AMPLITUDE / math.sqrt(2))  # the fake TTS's tone
 CALLER_LEVEL_DB = BOT_LEVEL_DB + 3  # a caller's own voice: louder than the bot's echo
 SILENCE_DB = -70.0
@@ -365,7 +367,7 @@ async def test_a_short_pause_mid_sentence_keeps_one_turn() -> None:
         await session.talk(400)
         await session.pause(100)
         await session.talk(400)
-        await session.pause(300)
+        await session.pause(STATEMENT_PAUSE_MS)
         await session.bot_said(REPLY_TEXT)
         assert session.caller_turns() == ["I'd like to book a table."]
         assert len(heard) == 2
@@ -464,40 +466,40 @@ def _stalls_first(reply: list[str]) -> ChatModelFake:
 
 
 async def test_resuming_before_the_reply_is_heard_throws_the_reply_away() -> None:
-    stt = hearing("I'd like to book", "I'd like to book a table for two.")
+    stt = hearing("A table", "A table for two, please.")
     async with call(stt=stt, llm=_stalls_first(REPLY)) as session:
         await session.talk(600)
         await session.pause(300)
         await session.until(lambda: len(session.llm.prompts) == 1, "the first reply to start")
-        assert session.caller_turns() == ["I'd like to book"]
+        assert session.caller_turns() == ["A table"]
 
         await session.talk(600)
         assert ("reply_cancelled", {"reason": "caller_resumed"}) in session.events
         assert session.line.sent == []
         assert session.conversation.turns == []
 
-        await session.pause(300)
+        await session.pause(STATEMENT_PAUSE_MS)
         await session.bot_said(REPLY_TEXT)
         assert [(t.speaker, t.text) for t in session.conversation.turns] == [
-            (Speaker.CALLER, "I'd like to book a table for two."),
+            (Speaker.CALLER, "A table for two, please."),
             (Speaker.BOT, REPLY_TEXT),
         ]
         assert session.llm.prompts[1][1:] == [
-            {"role": "user", "content": "I'd like to book a table for two."}
+            {"role": "user", "content": "A table for two, please."}
         ]
         assert session.audio_sent() == at_8_khz(words_as_tones(REPLY_TEXT))
 
 
 async def test_a_reopened_turn_hands_every_frame_to_the_stt_once() -> None:
     heard: list[np.ndarray] = []
-    stt = hearing("I'd like to book", "I'd like to book a table for two.", heard=heard)
+    stt = hearing("A table", "A table for two, please.", heard=heard)
     async with call(stt=stt, llm=_stalls_first(REPLY)) as session:
         await session.talk(600)
         await session.pause(240)  # the turn ends at 200 ms; the preroll reaches back 300 ms
         await session.until(lambda: len(session.llm.prompts) == 1, "the first reply to start")
-        assert session.caller_turns() == ["I'd like to book"]
+        assert session.caller_turns() == ["A table"]
         await session.talk(600)
-        await session.pause(300)
+        await session.pause(STATEMENT_PAUSE_MS)
         await session.bot_said(REPLY_TEXT)
         frames = heard[-1][::FRAME].astype(int).tolist()
         assert frames == sorted(set(frames))
