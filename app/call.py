@@ -272,6 +272,7 @@ class CallSession:
             greeting_rate=self.models.tts.sample_rate,
             on_event=self._log_event,
             worker_token=self.settings.worker_token,
+            turn_taking=turn_taking(self.settings),
         )
         try:
             await duplex.run(inputs)

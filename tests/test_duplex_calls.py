@@ -26,7 +26,7 @@ from media.vad import SileroVad
 from ops.local_server import ServerThread, free_port
 from ops.simulate import CallerTurn, SimulationConfig, simulate_call
 from recordings.store import RecordStore
-from tests.conftest import AUTH_TOKEN, Bot, start_bot
+from tests.conftest import AUTH_TOKEN, INTERRUPTION, Bot, start_bot
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -173,3 +173,26 @@ async def test_a_worker_answering_out_of_range_hands_the_call_to_the_cascade(
     timeline = parse_timeline(RecordStore(bot.settings.calls_dir).open(report.call_sid).timeline())
     reasons = [e.reason for _, e in timeline if isinstance(e, Fallback)]
     assert reasons == ["worker_died"]
+
+
+async def test_on_a_duplex_call_an_interruption_stops_the_bot_as_fast_as_the_cascade(
+    duplex_bot: tuple[Bot, list[uvicorn.Server]],
+) -> None:
+    # The worker hears the caller a 1 s unit at a time; the gateway hears every frame
+    # and holds the bot itself at the caller's first loud words.
+    bot, _workers = duplex_bot
+    report = await simulate_call(
+        SimulationConfig(
+            base_url=bot.url, auth_token=AUTH_TOKEN, turns=[INTERRUPTION], hangup_after_ms=3000
+        )
+    )
+    onset = report.turns[0].speech_start_ms
+    assert report.clears, "no clear was sent when the caller barged in"
+    heard_until = max(end for start, end in report.bot_utterances if start < onset)
+    # The same allowance as the in-process cascade's test (target 250 ms p50).
+    assert heard_until - onset < 600, f"the bot played on {heard_until - onset:.0f} ms"
+    await asyncio.sleep(0.5)
+    record = RecordStore(bot.settings.calls_dir).open(report.call_sid)
+    names = [event.name for _, event in parse_timeline(record.timeline())]
+    assert "hold" in names and "barge_in" in names
+    assert record.meta["agent"] == "duplex"

@@ -45,6 +45,7 @@ __all__ = [
     "Hearing",
     "Hold",
     "IllegalTransition",
+    "Overlap",
     "Reopen",
     "Reprompt",
     "Resume",
@@ -238,14 +239,31 @@ Decision = Evaluate | DropEvaluation | Answer | Reprompt | Reopen | Hold | Resum
 
 
 @dataclass(slots=True)
-class _Overlap:
-    """Caller speech that started over the bot."""
+class Overlap:
+    """Caller speech that started over the bot, and whether it is loud enough to hold
+    the bot: the one rule the engine and the duplex gateway both apply."""
 
     start: int
     loud: int = 0  # samples loud like a caller (above the echo and the room)
     over_bot: int = 0  # samples while the bot was audible
     stopped: int | None = None  # where the speech stopped, when it has
     held_at: int | None = None
+
+    def count(self, frame: Frame, speaking: bool, cfg: TurnTaking) -> None:
+        if frame.bot_audible:
+            self.over_bot += frame.samples
+        above_echo = frame.level_db >= frame.bot_level_db - cfg.echo_margin_db
+        above_room = frame.level_db >= frame.noise_floor_db + cfg.barge_in_over_floor_db
+        if speaking and (above_echo or not frame.bot_audible) and above_room:
+            self.loud += frame.samples
+
+    def holds(self, position: int, echo_settled: bool, cfg: TurnTaking) -> bool:
+        """Loud for long enough, and for a third of the speech at least."""
+        # Until the echo canceller has found the echo path, some echo gets through:
+        # only longer speech is surely the caller.
+        factor = 1 if echo_settled else 2
+        hold_at = _samples(cfg.hold_min_speech_ms) * factor
+        return self.loud >= hold_at and self.loud * 3 >= position - self.start
 
 
 class TurnEngine:
@@ -264,7 +282,7 @@ class TurnEngine:
         self._evaluating: Evaluate | None = None
         self._result: Evaluation | None = None
         self._next_cap_check = 0
-        self._overlap: _Overlap | None = None
+        self._overlap: Overlap | None = None
         self._bot_busy = False  # a reply is being made or played (driver's fact)
         self._committed = False  # REPLYING answers a caller turn (vs a greeting...)
 
@@ -342,7 +360,7 @@ class TurnEngine:
                 self._committed = False
                 self._to(TurnState.CALLER)
             case TurnState.BOT:
-                self._overlap = _Overlap(start=sample)
+                self._overlap = Overlap(start=sample)
                 self._begin_utterance(sample)
                 self._to(TurnState.OVERLAP)
             case TurnState.OVERLAP | TurnState.HELD:
@@ -387,17 +405,8 @@ class TurnEngine:
                     self._overlap = None
                     self._to(TurnState.CALLER)
                 return
-            if frame.bot_audible:
-                overlap.over_bot += frame.samples
-            above_echo = frame.level_db >= frame.bot_level_db - self.cfg.echo_margin_db
-            above_room = frame.level_db >= frame.noise_floor_db + self.cfg.barge_in_over_floor_db
-            if self.speaking and (above_echo or not frame.bot_audible) and above_room:
-                overlap.loud += frame.samples
-            # Until the echo canceller has found the echo path, some echo gets through:
-            # only longer speech is surely the caller.
-            factor = 1 if frame.echo_settled else 2
-            hold_at = _samples(self.cfg.hold_min_speech_ms) * factor
-            if overlap.loud >= hold_at and overlap.loud * 3 >= speech:
+            overlap.count(frame, self.speaking, self.cfg)
+            if overlap.holds(self.position, frame.echo_settled, self.cfg):
                 overlap.held_at = self.position
                 self._to(TurnState.HELD)
                 out.append(Hold())
