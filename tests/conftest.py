@@ -64,7 +64,8 @@ def models(servers: ServerThread) -> CascadeModels:
 def start_bot(servers: ServerThread, models: CascadeModels | None, **overrides: Any) -> Bot:
     port = free_port()
     overrides.setdefault("data_dir", tempfile.mkdtemp(prefix="offhook-test-data-"))
-    settings = test_settings(public_url=f"http://127.0.0.1:{port}", **overrides)
+    overrides.setdefault("public_url", f"http://127.0.0.1:{port}")
+    settings = test_settings(**overrides)
     app = create_app(settings, models=models)
     url = servers.serve(app, port)
     return Bot(url=url, app=app, settings=settings)
