@@ -44,6 +44,9 @@ class EndedWith(StrEnum):
     HANGUP = "hangup"  # the caller hung up (Twilio `stop`)
     DISCONNECTED = "disconnected"  # the stream's socket went away without a `stop`
     ERROR = "error"  # the call ended because of a failure on our side
+    TIMEOUT = "timeout"  # no media for MEDIA_TIMEOUT_S: the line is dead
+    MAX_LENGTH = "max_length"  # the call reached MAX_CALL_S
+    FLOOD = "flood"  # the peer sent media faster than real time allows
     CRASHED = "crashed"  # set by RecordStore.repair: the process died mid-call
 
 
