@@ -275,7 +275,13 @@ async def _start_record(services: Services, start: Start) -> CallRecorder | None
     }
     services.open_records.add(start.call_sid)  # before the folder exists: repair must skip it
     try:
-        return await asyncio.to_thread(CallRecorder, settings.calls_dir, start.call_sid, meta=meta)
+        return await asyncio.to_thread(
+            CallRecorder,
+            settings.calls_dir,
+            start.call_sid,
+            meta=meta,
+            max_bytes=int(settings.max_record_mb * 1_000_000),
+        )
     except (RecordError, OSError) as exc:
         services.open_records.discard(start.call_sid)
         services.metrics.errors.labels(stage="recording").inc()
