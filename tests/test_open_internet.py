@@ -10,8 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import re
 import secrets
 import time
+import wave
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -496,3 +499,164 @@ async def test_sockets_that_never_start_count_toward_a_limit_and_time_out(
     async with ws:
         assert await alive(ws, twilio)
         await ws.send(twilio.stop())
+
+
+# --- 5. caps --------------------------------------------------------------------------
+
+
+def caller_wav_seconds(record: Any) -> float:
+    with wave.open(str(record.path / "caller.wav")) as wav:
+        return wav.getnframes() / wav.getframerate()
+
+
+async def test_a_media_flood_is_closed_beside_a_live_call(bot: Bot) -> None:
+    call_sid = new_sid()
+    codes: list[int | None] = []
+
+    async def attack() -> None:
+        ws, twilio = await start_stream(bot, call_sid)
+        async with ws:
+            closing = asyncio.create_task(close_code(ws))
+            with contextlib.suppress(websockets.ConnectionClosed):
+                for frame in range(3000):  # a minute of audio, as fast as it goes
+                    await ws.send(twilio.media(b"\xff" * 160, frame * 20))
+            codes.append(await closing)
+
+    report = await beside_a_live_call(bot, attack)
+    assert report.underruns == 0
+    assert codes == [1008]
+    record = await record_of(bot, call_sid)
+    assert record.meta["ended_with"] == "flood"
+    assert caller_wav_seconds(record) < 6  # what the pace allowed, not a minute
+
+
+async def test_a_timestamp_jump_flood_is_capped(bot: Bot) -> None:
+    call_sid = new_sid()
+    ws, twilio = await start_stream(bot, call_sid)
+    async with ws:
+        closing = asyncio.create_task(close_code(ws))
+        with contextlib.suppress(websockets.ConnectionClosed):
+            # One byte per frame, each claiming two seconds later: gap fill would
+            # turn 200 bytes into 400 s of audio.
+            for frame in range(200):
+                await ws.send(twilio.media(b"\xff", frame * 2000))
+                await asyncio.sleep(0.005)
+        assert await closing == 1008
+    record = await record_of(bot, call_sid)
+    assert record.meta["ended_with"] == "flood"
+    assert caller_wav_seconds(record) < 8
+
+
+async def keyed_call(bot: Bot, digits: str, gap_s: float) -> tuple[Any, Any]:
+    """A call whose caller keys `digits`, `gap_s` apart; its record once it is over."""
+    call_sid = new_sid()
+    ws, twilio = await start_stream(bot, call_sid)
+    async with ws:
+        reading = asyncio.create_task(close_code(ws, within=60))
+        frame = 0
+
+        async def talk(seconds: float) -> None:
+            nonlocal frame
+            for _ in range(int(seconds / 0.02)):
+                await ws.send(twilio.media(b"\xff" * 160, frame * 20))
+                frame += 1
+                await asyncio.sleep(0.02)
+
+        await talk(0.5)
+        for digit in digits:
+            await ws.send(twilio.dtmf(digit))
+            await talk(gap_s)
+        await talk(2.0)  # the keypad turn closes 0.8 s after the last key
+        await ws.send(twilio.stop())
+        await reading
+    record = await record_of(bot, call_sid)
+    return record, record.transcript()
+
+
+def keypad_turns(transcript: Any) -> list[str]:
+    return [
+        t["text"]
+        for t in transcript["turns"]
+        if t["speaker"] == "caller" and ("keypad" in t["text"] or "entered" in t["text"])
+    ]
+
+
+async def test_a_keypad_flood_is_rate_limited(bot: Bot) -> None:
+    before = dropped(bot, "dtmf")
+    record, transcript = await keyed_call(bot, "7" * 100, gap_s=0.0)
+
+    assert dropped(bot, "dtmf") >= before + 80
+    pressed = "".join(keypad_turns(transcript)).count("7")
+    assert 1 <= pressed <= 20
+    assert sum(1 for e in record.timeline() if e["event"] == "dtmf") == pressed
+
+
+async def test_one_keypad_turn_holds_at_most_32_digits(bot: Bot) -> None:
+    # Six keys a second is within the rate, but the turn never pauses.
+    _record, transcript = await keyed_call(bot, "5" * 45, gap_s=1 / 6)
+
+    turns = keypad_turns(transcript)
+    assert [turn.count("5") for turn in turns] == [32]
+
+
+# --- 6. privacy -----------------------------------------------------------------------
+
+
+async def test_digits_and_numbers_stay_out_of_logs_and_with_redact_dtmf_out_of_records(
+    servers: ServerThread, models: CascadeModels, caplog: pytest.LogCaptureFixture
+) -> None:
+    private = start_bot(servers, models, twilio_auth_token=AUTH_TOKEN, redact_dtmf=True)
+    with caplog.at_level(logging.INFO):
+        await post_signed(private, webhook_params(From="+15551234567"))
+        record, transcript = await keyed_call(private, "9876", gap_s=0.2)
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+
+    assert "+15551234567" not in logged and "+1***4567" in logged, logged
+    assert not re.search(r"9.?8.?7.?6", logged), logged
+    assert keypad_turns(transcript) == ["(The caller entered 4 digits.)"], transcript
+    on_disk = "".join(p.read_text(errors="replace") for p in record.path.glob("*.json*"))
+    assert not re.search(r"9.?8.?7.?6", on_disk)
+    assert "9" not in "".join(e.get("digits", "") for e in record.timeline())
+    assert record.meta["from"] == "+1***4567"
+
+
+async def test_digits_reach_logs_only_at_debug(bot: Bot, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO):
+        _record, transcript = await keyed_call(bot, "9876", gap_s=0.2)
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+
+    assert keypad_turns(transcript) == ["(The caller pressed 9 8 7 6 on the keypad.)"]
+    assert not re.search(r"9.?8.?7.?6", logged)
+
+
+async def test_a_call_record_is_private_to_the_service_user(bot: Bot) -> None:
+    ws, twilio = await start_stream(bot)
+    call_sid = twilio.call_sid
+    async with ws:
+        assert await alive(ws, twilio)
+        await ws.send(twilio.stop())
+    record = await record_of(bot, call_sid)
+
+    assert (record.path.stat().st_mode & 0o777) == 0o700
+    assert (bot.settings.calls_dir.stat().st_mode & 0o777) == 0o700
+    modes = {p.name: p.stat().st_mode & 0o777 for p in record.path.iterdir()}
+    assert modes and set(modes.values()) == {0o600}, modes
+
+
+async def test_health_shows_strangers_no_load_errors(servers: ServerThread) -> None:
+    broken = start_bot(
+        servers,
+        None,
+        twilio_auth_token=AUTH_TOKEN,
+        model_cache_dir="/nonexistent/secret-path",
+        stt_model="/nonexistent/model",
+    )
+    async with httpx.AsyncClient() as client:
+        for _ in range(100):
+            reply = await client.get(f"{broken.url}/healthz")
+            if reply.json()["status"] == "error":
+                break
+            await asyncio.sleep(0.1)
+    assert reply.status_code == 503 and reply.json() == {"status": "error"}
+    assert "nonexistent" not in reply.text
+    assert broken.services.load_error  # the operator still has it (and in the log)
