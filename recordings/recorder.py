@@ -157,7 +157,8 @@ class CallRecorder:
     def caller_audio(self, pcm16: np.ndarray) -> None:
         """Append caller audio: sample i of caller.wav is call-clock sample i."""
         pcm = check_pcm16(pcm16).copy()
-        if self._accepting() and self._fits(pcm.nbytes):
+        # Twice: bot.wav is padded to caller.wav's length at close.
+        if self._accepting() and self._fits(2 * pcm.nbytes):
             self._offer(_CallerAudio(pcm))
 
     def bot_audio(self, start_sample: int, pcm16: np.ndarray) -> None:
@@ -253,6 +254,8 @@ class CallRecorder:
 
     def _fits(self, size: int) -> bool:
         with self._lock:
+            if self._truncated:
+                return False
             if self._max_bytes is not None and self._bytes + size > self._max_bytes:
                 if not self._truncated:
                     log.warning("recording of call %s: size cap reached", self.call_sid)

@@ -547,7 +547,17 @@ async def test_a_timestamp_jump_flood_is_capped(bot: Bot) -> None:
     assert caller_wav_seconds(record) < 8
 
 
-async def keyed_call(bot: Bot, digits: str, gap_s: float) -> tuple[Any, Any]:
+async def test_a_record_is_capped_and_says_so(servers: ServerThread, models: CascadeModels) -> None:
+    capped = start_bot(servers, models, twilio_auth_token=AUTH_TOKEN, max_record_mb=0.05)
+    record, _transcript = await keyed_call(capped, "", gap_s=0.0, talk_s=4.0)
+
+    assert record.meta["truncated"] is True
+    assert caller_wav_seconds(record) < 1.6  # 50 kB for both 16-bit tracks and events
+    # The cap, plus headers, meta.json and transcript.json written at the end.
+    assert sum(p.stat().st_size for p in record.path.iterdir()) < 50_000 + 10_000
+
+
+async def keyed_call(bot: Bot, digits: str, gap_s: float, talk_s: float = 2.0) -> tuple[Any, Any]:
     """A call whose caller keys `digits`, `gap_s` apart; its record once it is over."""
     call_sid = new_sid()
     ws, twilio = await start_stream(bot, call_sid)
@@ -566,7 +576,7 @@ async def keyed_call(bot: Bot, digits: str, gap_s: float) -> tuple[Any, Any]:
         for digit in digits:
             await ws.send(twilio.dtmf(digit))
             await talk(gap_s)
-        await talk(2.0)  # the keypad turn closes 0.8 s after the last key
+        await talk(talk_s)  # the keypad turn closes 0.8 s after the last key
         await ws.send(twilio.stop())
         await reading
     record = await record_of(bot, call_sid)

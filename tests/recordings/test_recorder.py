@@ -269,7 +269,10 @@ def test_a_record_stops_growing_at_its_cap_and_its_meta_says_so(tmp_path):
 
     folder = tmp_path / "CA1"
     caller, _ = read_pcm16(folder / "caller.wav")
-    assert caller.size == 20_000
+    # Caller audio counts twice: bot.wav is padded to its length at close.
+    assert caller.size == 8_000  # two 16 kB chunks fit in 40 kB, a third does not
+    audio_bytes = sum((folder / name).stat().st_size for name in ("caller.wav", "bot.wav"))
+    assert audio_bytes <= 40_000 + 2 * 44
     assert timeline_lines(folder / "timeline.jsonl") == []
     assert read_json(folder / "meta.json")["truncated"] is True
 
