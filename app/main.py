@@ -199,6 +199,7 @@ async def media_stream(websocket: WebSocket) -> None:
         await session.run()
     finally:
         services.open_records.discard(start.call_sid)
+        services.forget(start.call_sid)
         services.admission.release()
         outcome = session.outcome if session is not None else "error"
         services.metrics.calls.labels(outcome=outcome).inc()

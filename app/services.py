@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -29,7 +28,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Services", "load_models", "open_pool"]
 
-RECENT_CALLS = 50
 RESERVE_S = 15.0  # a webhook's slot, held for its stream
 
 
@@ -54,8 +52,9 @@ class Services:
         token = self.settings.twilio_auth_token
         self.validator = WebhookValidator(token) if token else None
         self.ready = asyncio.Event()
-        # Active and recently finished calls, for introspection (tests, debugging).
-        self.calls: OrderedDict[str, CallSession] = OrderedDict()
+        # Live calls only: a finished call's session holds its audio buffers, so it is
+        # forgotten at once; what is kept of it is its record and the metrics.
+        self.calls: dict[str, CallSession] = {}
         self.open_records: set[str] = set()
         self.pool: WorkerPool | None = None
         # Every call's model jobs (STT, end of turn, TTS) go through this one scheduler,
@@ -75,8 +74,9 @@ class Services:
 
     def remember(self, session: CallSession) -> None:
         self.calls[session.call_sid] = session
-        while len(self.calls) > RECENT_CALLS:
-            self.calls.popitem(last=False)
+
+    def forget(self, call_sid: str) -> None:
+        self.calls.pop(call_sid, None)
 
     @property
     def active_calls(self) -> int:

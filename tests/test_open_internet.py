@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import re
 import secrets
 import time
 import wave
+import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -670,3 +672,22 @@ async def test_health_shows_strangers_no_load_errors(servers: ServerThread) -> N
     assert reply.status_code == 503 and reply.json() == {"status": "error"}
     assert "nonexistent" not in reply.text
     assert broken.services.load_error  # the operator still has it (and in the log)
+
+
+# --- 7. memory ------------------------------------------------------------------------
+
+
+async def test_nothing_keeps_a_finished_call_in_memory(bot: Bot) -> None:
+    sessions: list[weakref.ref[Any]] = []
+    for _ in range(3):
+        ws, twilio = await start_stream(bot)
+        async with ws:
+            assert await alive(ws, twilio)
+            sessions.append(weakref.ref(bot.services.calls[twilio.call_sid]))
+            await ws.send(twilio.stop())
+        await record_of(bot, twilio.call_sid)
+    await until_idle(bot)
+
+    gc.collect()
+    assert bot.services.calls == {}
+    assert [ref() for ref in sessions] == [None, None, None], "a finished call's session lives on"
