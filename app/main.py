@@ -24,6 +24,7 @@ from app.webhook import (
     CALL_SID,
     Refused,
     WebhookForm,
+    check_headers,
     host_base_url,
     party,
     read_form,
@@ -79,11 +80,16 @@ def _refused(exc: Refused) -> Response:
 
 async def _signed_form(request: Request, services: Services, path: str) -> WebhookForm:
     """The webhook's form, read within bounds and checked against its signature."""
+    check_headers(request)
+    signature = request.headers.get("x-twilio-signature")
+    if services.validator is not None and not signature:
+        # No signature at all: not worth reading the body for.
+        services.metrics.rejected_calls.labels(reason="bad_signature").inc()
+        raise Refused(403, "missing signature")
     form = await read_form(request)
     base = _base_url(request, services.settings)
     if services.validator is not None:
         url = signed_url(base, path, request)
-        signature = request.headers.get("x-twilio-signature")
         # Off the loop: HMAC over up to MAX_BODY_BYTES (twice, with and without the
         # port) must not stall live calls' audio.
         valid = await asyncio.to_thread(services.validator.validate, url, form, signature)

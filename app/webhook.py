@@ -56,8 +56,8 @@ class WebhookForm:
         return values[0] if values else ""
 
 
-async def read_form(request: Request) -> WebhookForm:
-    """The form, or Refused: 415 not a form, 411/400 bad length, 413 too big, 408 slow."""
+def check_headers(request: Request) -> None:
+    """Refused unless the headers promise a small form: 415 not a form, 400/413 length."""
     content_type = request.headers.get("content-type", "")
     if content_type.split(";", 1)[0].strip().lower() != FORM_TYPE:
         raise Refused(415, f"expected {FORM_TYPE}")
@@ -67,6 +67,10 @@ async def read_form(request: Request) -> WebhookForm:
             raise Refused(400, "malformed Content-Length")
         if int(length) > MAX_BODY_BYTES:
             raise Refused(413, f"body over {MAX_BODY_BYTES} bytes")
+
+
+async def read_form(request: Request) -> WebhookForm:
+    """The form (after `check_headers`), or Refused: 413 too big, 408 slow, 400 malformed."""
     body = bytearray()
     try:
         async with asyncio.timeout(BODY_TIMEOUT_S):

@@ -233,11 +233,21 @@ async def test_an_endless_chunked_body_is_cut_at_the_cap(bot: Bot) -> None:
     body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(16))
     status, _ = await raw_http(
         bot,
-        b"POST /twilio/voice HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"POST /twilio/voice HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Twilio-Signature: x\r\n"
         b"Content-Type: application/x-www-form-urlencoded\r\n"
         b"Transfer-Encoding: chunked\r\n\r\n" + body,
     )
     assert status == 413
+
+
+async def test_an_unsigned_webhook_is_refused_before_its_body_is_read(bot: Bot) -> None:
+    # A body is promised and never sent: only an answer from the headers comes back.
+    status, took = await raw_http(
+        bot,
+        b"POST /twilio/voice HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 4000\r\n\r\n",
+    )
+    assert status == 403 and took < 2.0
 
 
 async def test_multipart_uploads_are_refused_before_parsing_beside_a_live_call(bot: Bot) -> None:
@@ -262,14 +272,14 @@ async def test_multipart_uploads_are_refused_before_parsing_beside_a_live_call(b
     [
         (
             "not-utf8",
-            b"POST /twilio/voice HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"POST /twilio/voice HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Twilio-Signature: x\r\n"
             b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 12\r\n\r\n"
             b"CallSid=%ff\xfe",
             400,
         ),
         (
             "too-many-fields",
-            b"POST /twilio/voice HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"POST /twilio/voice HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Twilio-Signature: x\r\n"
             b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 1599\r\n\r\n"
             + b"&".join([b"a=b"] * 400),
             400,
