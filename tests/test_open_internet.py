@@ -370,6 +370,13 @@ async def test_a_webhook_from_another_account_is_refused(
     async with ws:
         assert await close_code(ws) == 1008
     assert rejected(strict, "wrong_account") == 1
+    # Twilio calling for our own account is served.
+    report = await simulate_call(
+        SimulationConfig(
+            base_url=strict.url, auth_token=AUTH_TOKEN, account_sid=ours, hangup_after_ms=300
+        )
+    )
+    assert report.greeting_start_ms is not None
 
 
 # --- 3. a slot is always given back ---------------------------------------------------
