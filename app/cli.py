@@ -43,7 +43,7 @@ def serve(args: argparse.Namespace) -> int:
     app = create_app(settings, local_workers=workers)
     uvicorn.run(
         app,
-        host=settings.host,
+        host=settings.bind_host,
         port=settings.port,
         log_level=settings.log_level.lower(),
         ws_max_size=1 << 20,  # Twilio frames are ~300 bytes; refuse absurd ones early

@@ -23,6 +23,7 @@ import httpx
 
 from agents.cascade.llm import free_local_port
 from agents.config import EmbeddedLlmSettings
+from agents.environment import child_environment
 
 S = TypeVar("S", bound=EmbeddedLlmSettings)
 
@@ -92,7 +93,7 @@ class LocalWorkers:
     ) -> None:
         self.urls: list[str] = []
         self.processes: list[subprocess.Popen[bytes]] = []
-        child_env = {**os.environ, **(env or {})}
+        child_env = {**child_environment(), **(env or {})}  # no Twilio secrets
         for index in range(count):
             port = first_port + index
             self.processes.append(
