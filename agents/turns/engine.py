@@ -81,6 +81,9 @@ class TurnTaking:
     barge_in_min_speech_ms: int = 1000
     # Loud speech over the bot this long holds the bot's audio (within ~0.15 s of onset).
     hold_min_speech_ms: int = 60
+    # ...and this long while the echo canceller is still learning the echo path (the
+    # bot's first ~2 s on a line with echo): its echo comes back in runs of up to ~550 ms.
+    hold_unsettled_ms: int = 600
     # Short speech over the bot (a held bot) that is shorter than this and whose words
     # are a backchannel lets the bot go on.
     backchannel_max_ms: int = 1200
@@ -259,10 +262,12 @@ class Overlap:
 
     def holds(self, position: int, echo_settled: bool, cfg: TurnTaking) -> bool:
         """Loud for long enough, and for a third of the speech at least."""
-        # Until the echo canceller has found the echo path, some echo gets through:
-        # only longer speech is surely the caller.
-        factor = 1 if echo_settled else 2
-        hold_at = _samples(cfg.hold_min_speech_ms) * factor
+        # Until the echo canceller has found the echo path, the bot's echo gets through
+        # at its raw level (a speakerphone's is ~10 dB under the bot, inside the echo
+        # margin) in word-long runs: only longer speech is surely the caller. A hold on
+        # echo would also re-send the audio and set the canceller back.
+        hold_ms = cfg.hold_min_speech_ms if echo_settled else cfg.hold_unsettled_ms
+        hold_at = _samples(hold_ms)
         return self.loud >= hold_at and self.loud * 3 >= position - self.start
 
 
