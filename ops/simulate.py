@@ -235,6 +235,8 @@ class CallReport:
     bot_audio: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int16), repr=False)
     server_closed: bool = False
     close_code: int | None = None
+    # When the server closed the stream (it ended the call), on the call clock.
+    closed_ms: float | None = None
     # Webhook request to open socket, before the stream clock starts.
     setup_ms: float = 0.0
 
@@ -716,6 +718,7 @@ class _Call:
             pass  # an abrupt close: recorded below like a clean one
         if not self._hung_up:
             report.server_closed = True
+            report.closed_ms = self._now_ms()
         report.close_code = self._ws.close_code
         self._closed.set()
 

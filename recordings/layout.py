@@ -44,6 +44,8 @@ class EndedWith(StrEnum):
     HANGUP = "hangup"  # the caller hung up (Twilio `stop`)
     DISCONNECTED = "disconnected"  # the stream's socket went away without a `stop`
     ERROR = "error"  # the call ended because of a failure on our side
+    BOT_HANGUP = "bot_hangup"  # the bot ended the call (goodbye, MAX_CALL_S, silence...)
+    TRANSFERRED = "transferred"  # the bot handed the call to TRANSFER_TO
     CRASHED = "crashed"  # set by RecordStore.repair: the process died mid-call
 
 
