@@ -159,7 +159,13 @@ class CallSession:
         log.info("call %s: %s %s", self.call_sid, event.name, event.data())
         self._record(event)
 
-    def _record(self, event: CallEvent) -> None:
+    def record_event(self, event: CallEvent, *, t_ms: float | None = None) -> None:
+        """Put an event that came from outside the call (Twilio's status callbacks) on
+        its timeline, at `t_ms` on the call clock (default: now)."""
+        log.info("call %s: %s %s", self.call_sid, event.name, event.data())
+        self._record(event, t_ms=t_ms)
+
+    def _record(self, event: CallEvent, *, t_ms: float | None = None) -> None:
         match event:
             case BargeIn():
                 self.counts["barge_in"] += 1
@@ -169,7 +175,8 @@ class CallSession:
                 self.counts["protocol_error"] += 1
         if self.recorder is not None:
             try:
-                self.recorder.event(self.now() / 8, event.name, **event.data())
+                at = self.now() / 8 if t_ms is None else t_ms
+                self.recorder.event(at, event.name, **event.data())
             except (ValueError, TypeError):  # a malformed event must not cost the call
                 log.exception("call %s: event %r not recorded", self.call_sid, event.name)
 

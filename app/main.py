@@ -17,7 +17,17 @@ from starlette.websockets import WebSocket
 from agents.cascade.agent import CascadeModels
 from agents.loading import load_models
 from app.call import CallSession
+from app.call_status import call_status_callback
 from app.metrics import CONTENT_TYPE
+from app.outbound import amd_callback, calls_endpoint, deliver_early, stream_parameters
+from app.paths import (
+    AMD_PATH,
+    CALL_STATUS_PATH,
+    CALLS_PATH,
+    MEDIA_PATH,
+    STATUS_PATH,
+    VOICE_PATH,
+)
 from app.services import Services, open_pool
 from app.settings import Settings
 from recordings.errors import RecordError
@@ -35,9 +45,6 @@ log = logging.getLogger(__name__)
 
 OFFHOOK_VERSION = "0.1.0"
 
-VOICE_PATH = "/twilio/voice"
-STATUS_PATH = "/twilio/status"
-MEDIA_PATH = "/twilio/media"
 START_TIMEOUT_S = 10.0
 BUSY_MESSAGE = "Sorry, all our lines are busy right now. Please call again in a few minutes."
 NOT_READY_MESSAGE = "Sorry, the assistant is starting up. Please call again in a minute."
@@ -67,7 +74,10 @@ async def voice_webhook(request: Request) -> Response:
     base = _base_url(request, settings)
     if services.validator is not None:
         signature = request.headers.get("x-twilio-signature")
-        if not services.validator.validate(public_url(base, VOICE_PATH), form, signature):
+        url = public_url(base, VOICE_PATH)
+        if request.url.query:  # an outbound call's URL carries its options; Twilio signs them
+            url = f"{url}?{request.url.query}"
+        if not services.validator.validate(url, form, signature):
             services.metrics.rejected_calls.labels(reason="bad_signature").inc()
             log.warning("voice webhook: invalid X-Twilio-Signature from %s", request.client)
             return PlainTextResponse("invalid signature", status_code=403)
@@ -84,6 +94,7 @@ async def voice_webhook(request: Request) -> Response:
         "token": services.tokens.issue(call_sid),
         "from": str(form.get("From") or ""),
         "to": str(form.get("To") or ""),
+        **stream_parameters(request, form),
     }
     twiml = connect_stream_twiml(
         stream_url(base, MEDIA_PATH),
@@ -171,6 +182,7 @@ async def media_stream(websocket: WebSocket) -> None:
         pool=services.pool,
     )
     services.remember(session)
+    deliver_early(services, session)
     try:
         await session.run()
     finally:
@@ -278,6 +290,9 @@ def create_app(settings: Settings, *, models: CascadeModels | None = None) -> St
             Route(VOICE_PATH, voice_webhook, methods=["POST"]),
             Route(STATUS_PATH, stream_status, methods=["POST"]),
             WebSocketRoute(MEDIA_PATH, media_stream),
+            Route(AMD_PATH, amd_callback, methods=["POST"]),
+            Route(CALL_STATUS_PATH, call_status_callback, methods=["POST"]),
+            Route(CALLS_PATH, calls_endpoint, methods=["POST"]),
             Route("/healthz", healthz),
             Route("/metrics", metrics),
         ],

@@ -46,6 +46,11 @@ class EndedWith(StrEnum):
     ERROR = "error"  # the call ended because of a failure on our side
     BOT_HANGUP = "bot_hangup"  # the bot ended the call (goodbye, MAX_CALL_S, silence...)
     TRANSFERRED = "transferred"  # the bot handed the call to TRANSFER_TO
+    # An outbound call that never connected, as Twilio's status callback said.
+    BUSY = "busy"
+    NO_ANSWER = "no-answer"
+    FAILED = "failed"
+    CANCELED = "canceled"
     CRASHED = "crashed"  # set by RecordStore.repair: the process died mid-call
 
 

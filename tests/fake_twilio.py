@@ -23,8 +23,8 @@ Only what offhook uses, as Twilio documents it:
   From), /21205 (no or invalid Url), /21220.
 
 The fake records every request (the form as Twilio received it, repeated fields as
-lists) and keeps each call's state. It does not dial: a test plays Twilio's part of a
-new call itself (`TwilioDialer` below: status callbacks, the voice webhook, the stream
+lists) and keeps each call's state. It does not dial by itself: a test plays Twilio's
+part of a new call with `dial` below (status callbacks, the voice webhook, the stream
 through the simulator, the AMD callback), as Twilio would after `queued`.
 """
 
@@ -46,6 +46,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ops.local_server import ServerThread, free_port
+from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call
 from telephony.security import sign
 
 ACCOUNT_SID = "AC" + "0123456789abcdef" * 2
@@ -245,3 +246,82 @@ def callback_params(call: FakeCall, **extra: str) -> dict[str, str]:
         "ApiVersion": API_VERSION,
         **extra,
     }
+
+
+# --- Twilio's part of a call it dials --------------------------------------------------
+
+
+@dataclass
+class Dialed:
+    """What happened when the fake dialed a created call (times on the call clock)."""
+
+    report: CallReport
+    amd_at_ms: float | None = None
+    statuses: list[str] = field(default_factory=list)
+
+
+async def dial(
+    call: FakeCall,
+    base_url: str,
+    auth_token: str,
+    callee: list[CallerTurn],
+    *,
+    answered_by: str,
+    amd_after: tuple[int, int],
+    **options: Any,
+) -> Dialed:
+    """Play Twilio for a call created through the fake API, as the Call resource and AMD
+    pages describe: status callbacks `initiated`, `ringing`, `in-progress` (answered)
+    to `StatusCallback`, then the voice `Url` (POST, `Direction=outbound-api`) and the
+    stream with the callee's side (`callee`, through the simulator), then `AnsweredBy`
+    to `AsyncAmdStatusCallback` `amd_after[1]` ms after callee turn `amd_after[0]`
+    starts (DetectMessageEnd: a machine's verdict comes at its beep's end), and
+    `completed` with `CallDuration` once the stream is over."""
+    status_url = call.form.get("StatusCallback", [""])[0]
+    amd_url = call.form.get("AsyncAmdStatusCallback", [""])[0]
+    dialed = Dialed(report=CallReport("", "", ""))
+    posts: list[asyncio.Task[httpx.Response]] = []
+
+    async def status(value: str, **extra: str) -> None:
+        if status_url:
+            params = callback_params(call, CallStatus=value, **extra)
+            (await post_callback(status_url, params, auth_token)).raise_for_status()
+            dialed.statuses.append(value)
+
+    def turn_started(index: int, at_ms: float) -> None:
+        turn, delay_ms = amd_after
+        if index != turn or not amd_url:
+            return
+        dialed.amd_at_ms = at_ms + delay_ms
+        params = callback_params(
+            call, AnsweredBy=answered_by, MachineDetectionDuration=str(round(at_ms + delay_ms))
+        )
+        loop = asyncio.get_running_loop()
+        loop.call_later(
+            delay_ms / 1000,
+            lambda: posts.append(loop.create_task(post_callback(amd_url, params, auth_token))),
+        )
+
+    for value in ("initiated", "ringing", "in-progress"):
+        await status(value)
+    call.status = "in-progress"
+    config = SimulationConfig(
+        base_url=base_url,
+        auth_token=auth_token,
+        turns=callee,
+        voice_url=call.form["Url"][0],
+        direction="outbound-api",
+        call_sid=call.sid,
+        from_number=call.from_,
+        to_number=call.to,
+        on_turn_start=turn_started,
+        **options,
+    )
+    dialed.report = await simulate_call(config)
+    for task in posts:
+        (await task).raise_for_status()
+    if call.status not in ENDED:
+        call.status = "completed"
+    duration = round(len(dialed.report.caller_audio) / 8000)
+    await status("completed", CallDuration=str(duration))
+    return dialed
