@@ -110,6 +110,22 @@ async def test_a_callers_goodbye_ends_the_call_once_the_bot_goodbye_has_played(
     assert meta["end_reason"] == "farewell"
 
 
+async def test_a_caller_who_talks_over_the_goodbye_keeps_the_call(bot: Bot) -> None:
+    report = await place_call(
+        bot,
+        CallerTurn(text="Thank you, bye!"),
+        CallerTurn(text="Wait, one more question please.", after="bot_speaking", delay_ms=300),
+        hangup_after_ms=4000,
+    )
+
+    assert not report.server_closed, "the bot hung up on a caller who had more to say"
+    meta = await record_of(bot, report.call_sid)
+    assert meta["ended_with"] == "completed"
+    turns = bot.services.calls[report.call_sid].conversation.turns
+    goodbye = [t for t in turns if t.intended == DEFAULT_FAREWELL]
+    assert goodbye and goodbye[0].truncated
+
+
 async def test_with_rest_credentials_the_call_is_also_completed_over_rest(
     servers: ServerThread, models: CascadeModels, twilio: FakeTwilio
 ) -> None:

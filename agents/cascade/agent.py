@@ -325,7 +325,7 @@ class CascadeAgent:
         if engine.position - self._quiet_since < timeout_s * RATE:
             return
         self._quiet_since = engine.position
-        if not self._silence_prompted:
+        if not self._silence_prompted and self.reprompt:
             self._silence_prompted = True
             self._start_response(None, canned=self.reprompt, kind="reprompt")
         else:
