@@ -653,7 +653,7 @@ class CascadeAgent:
                 self._response = None
                 self.engine.reply_done()
         self._bot_turn_over(turn)
-        if timing is not None:
+        if timing is not None and tool is None:  # after a tool call, the next reply has it
             self.timings.append(timing)
             turn.latency = {
                 "end_of_turn_ms": timing.end_of_turn_ms,
