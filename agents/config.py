@@ -102,3 +102,16 @@ class EmbeddedLlmSettings(Protocol):
     def replace(self, **changes: Any) -> Self:
         """A copy with `changes` applied."""
         ...
+
+
+class WorkerSettings(AgentSettings, Protocol):
+    """What `offhook worker` reads beyond the cascade backend's settings."""
+
+    @property
+    def worker_token(self) -> str: ...
+
+    @property
+    def worker_session_timeout_s(self) -> float: ...
+
+    @property
+    def omni_voice_wav(self) -> str: ...

@@ -10,9 +10,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+# A key press the app redacted (REDACT_DTMF): the agent knows a key was pressed, not which.
+REDACTED_KEY = "\u2022"
+
 
 def keypad_text(digits: str) -> str:
     """Key presses as the caller's words, for the model and the transcript."""
+    if digits and set(digits) == {REDACTED_KEY}:
+        count = len(digits)
+        return f"(The caller entered {count} digit{'s' if count != 1 else ''}.)"
     return f"(The caller pressed {' '.join(digits)} on the keypad.)"
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from agents.cascade.agent import CascadeAgent, CascadeModels
 from agents.cascade.llm import ToolChat
 from agents.control import CallPolicy
-from agents.conversation import Conversation
+from agents.conversation import REDACTED_KEY, Conversation
 from agents.duplex.gateway import CallInputs, DuplexAgent
 from agents.duplex.pool import Lease, NoWorker, QueueFull, WorkerPool
 from agents.events import (
@@ -37,6 +37,7 @@ from agents.playback import Playback
 from agents.tasks import cancel_and_wait
 from agents.turns.settings import turn_taking
 from app.control import Ended, SessionControls, rest_client
+from app.limits import KeypadLimit, MediaPace
 from media.codec import float_to_pcm16, mulaw_decode
 from media.echo import REFERENCE_LEAD_MS
 from media.frontend import FrontEnd, FrontEndOutput
@@ -53,14 +54,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _END = object()
-# After MAX_CALL_S the bot says goodbye; a call still up this much later is closed.
-GOODBYE_GRACE_S = 10.0
+# The bot says its goodbye this long before MAX_CALL_S, when the receive loop closes
+# the stream whatever is under way (ended_with max_length).
+GOODBYE_LEAD_S = 10.0
 # Twilio's answering-machine detection gives up after 30 s (MachineDetectionTimeout);
 # no verdict by then is taken for a person.
 AMD_WAIT_S = 35.0
 # AnsweredBy values that mean a machine took the call (DetectMessageEnd: after its beep).
 # https://www.twilio.com/docs/voice/answering-machine-detection
 MACHINE = ("machine_end_beep", "machine_end_silence", "machine_end_other", "machine_start", "fax")
+# Caller audio waiting for the front end: 5 s of 8 kHz mu-law (it keeps up in ms).
+MAX_QUEUED_AUDIO_BYTES = 5 * 8000
+# Front-end outputs and digits waiting for the agent: about 10 s of 20 ms frames.
+MAX_AGENT_INPUTS = 500
+# What the agent and the record see of a digit under REDACT_DTMF (agents.conversation).
+REDACTED_DIGIT = REDACTED_KEY
+# Event fields that carry what the caller said or keyed: in logs at DEBUG only.
+_PRIVATE_FIELDS = frozenset({"text", "digits", "heard", "meant", "said", "transcript"})
 
 
 class CallSession:
@@ -72,6 +82,7 @@ class CallSession:
         settings: Settings,
         models: CascadeModels,
         metrics: Metrics,
+        persona: str,
         recorder: CallRecorder | None = None,
         pool: WorkerPool | None = None,
     ) -> None:
@@ -99,7 +110,7 @@ class CallSession:
             on_played=self._record_bot_audio if recorder else None,
             on_event=self._record if recorder else None,
         )
-        self.conversation = Conversation(settings.persona(), max_turns=settings.history_turns)
+        self.conversation = Conversation(persona, max_turns=settings.history_turns)
         # Placed by us (offhook call, POST /calls): its greeting and AMD come with it.
         self.outbound = start.parameters.get("direction", "") == "outbound-api"
         self.greeting = (
@@ -144,8 +155,14 @@ class CallSession:
             ),
         )
         # Caller audio with the bot audio that played into the caller's room meanwhile.
+        # Bounded in bytes: a stalled front end drops (counted), never grows the process.
         self._audio: asyncio.Queue[tuple[bytes, np.ndarray]] = asyncio.Queue()
-        self._agent_inputs: asyncio.Queue[FrontEndOutput | Digits | object] = asyncio.Queue()
+        self._audio_bytes = 0
+        self._agent_inputs: asyncio.Queue[FrontEndOutput | Digits | object] = asyncio.Queue(
+            maxsize=MAX_AGENT_INPUTS
+        )
+        self._pace = MediaPace(settings.max_media_rate)
+        self._keypad = KeypadLimit()
         self.outcome = "hangup"
         self.counts = {"barge_in": 0, "error": 0, "protocol_error": 0}
         self.agent_used = "cascade"
@@ -156,13 +173,21 @@ class CallSession:
         return self.inbound.position
 
     def _log_event(self, event: CallEvent) -> None:
-        log.info("call %s: %s %s", self.call_sid, event.name, event.data())
+        self._log(event)
         self._record(event)
+
+    def _log(self, event: CallEvent) -> None:
+        data = event.data()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("call %s: %s %s", self.call_sid, event.name, data)
+        else:
+            public = {k: v for k, v in data.items() if k not in _PRIVATE_FIELDS}
+            log.info("call %s: %s %s", self.call_sid, event.name, public)
 
     def record_event(self, event: CallEvent, *, t_ms: float | None = None) -> None:
         """Put an event that came from outside the call (Twilio's status callbacks) on
         its timeline, at `t_ms` on the call clock (default: now)."""
-        log.info("call %s: %s %s", self.call_sid, event.name, event.data())
+        self._log(event)
         self._record(event, t_ms=t_ms)
 
     def _record(self, event: CallEvent, *, t_ms: float | None = None) -> None:
@@ -255,17 +280,17 @@ class CallSession:
         return meta
 
     async def _time_limit(self) -> None:
-        """MAX_CALL_S: a goodbye, then the call ends (closed outright if that stalls)."""
+        """GOODBYE_LEAD_S before MAX_CALL_S: the bot's goodbye, after which it ends the
+        call (bot_hangup, end_reason max_duration). Whatever is under way at MAX_CALL_S
+        itself, the receive loop closes the stream then (max_length): a goodbye that
+        stalls, a call the duplex agent serves, a limit too short for a goodbye."""
         limit_s = self.settings.max_call_s
-        if limit_s <= 0:
+        if limit_s <= GOODBYE_LEAD_S:
             return
-        await asyncio.sleep(limit_s)
-        log.info("call %s: reached MAX_CALL_S (%.0f s)", self.call_sid, limit_s)
+        await asyncio.sleep(limit_s - GOODBYE_LEAD_S)
         if self.agent.running:
+            log.info("call %s: MAX_CALL_S (%.0f s) is near: goodbye", self.call_sid, limit_s)
             self.agent.say_goodbye("max_duration")
-            await asyncio.sleep(GOODBYE_GRACE_S)
-        if not self.stream.closed:
-            await self.controls.end_call("max_duration")
 
     def summary(self) -> dict[str, object]:
         latencies = sorted(
@@ -283,29 +308,71 @@ class CallSession:
         }
 
     async def _receive_loop(self) -> None:
-        while (event := await self.stream.receive()) is not None:
-            if isinstance(event, Media):
-                if event.track not in ("inbound", "inbound_track"):
-                    continue
-                audio = self.inbound.push(event.timestamp_ms, event.payload)
-                self._audio.put_nowait((audio, self._echo_reference(len(audio))))
-                if self.recorder is not None:
-                    self.recorder.caller_audio(mulaw_decode(audio))
-            elif isinstance(event, Mark):
-                if not self.playback.echoed(event.name):
-                    log.debug(
-                        "call %s: mark %r not pending (after clear?)", self.call_sid, event.name
-                    )
-            elif isinstance(event, Dtmf):
-                self._agent_inputs.put_nowait(Digits(event.digit))
-            elif isinstance(event, Stop):
-                if self.ended is None:
-                    self.outcome = "completed"
-                return
-            elif isinstance(event, Start):
-                log.warning("call %s: second start event ignored", self.call_sid)
-        if self.ended is None:  # the bot closed the stream itself: it ended the call
+        """Until `stop`, a drop, MEDIA_TIMEOUT_S without media, MAX_CALL_S, or a flood."""
+        loop = asyncio.get_running_loop()
+        idle_s = self.settings.media_timeout_s
+        ends = loop.time() + self.settings.max_call_s
+        try:
+            async with asyncio.timeout_at(min(loop.time() + idle_s, ends)) as deadline:
+                while (event := await self.stream.receive()) is not None:
+                    if isinstance(event, Media):
+                        deadline.reschedule(min(loop.time() + idle_s, ends))
+                        if not self._on_media(event):
+                            return
+                    elif not self._on_event(event):
+                        return
+        except TimeoutError:
+            self.outcome = "max_length" if loop.time() >= ends else "timeout"
+            log.warning("call %s: closed (%s)", self.call_sid, self.outcome)
+            return
+        if self.ended is None:  # else the bot closed the stream itself: it ended the call
             self.outcome = "disconnected"
+
+    def _on_media(self, event: Media) -> bool:
+        """Feed one media frame; False when the peer floods (the call must end)."""
+        if event.track not in ("inbound", "inbound_track"):
+            return True
+        audio = self.inbound.push(event.timestamp_ms, event.payload)
+        # Gap fill counts: a timestamp jump is as much audio as the bytes it stands for.
+        if self._pace.flooding(self.inbound.position):
+            self.outcome = "flood"
+            self.metrics.rejected_calls.labels(reason="media_flood").inc()
+            log.warning("call %s: media faster than real time, closed", self.call_sid)
+            return False
+        if self._audio_bytes + len(audio) > MAX_QUEUED_AUDIO_BYTES:
+            self.metrics.dropped.labels(what="caller_audio").inc()
+        else:
+            self._audio_bytes += len(audio)
+            self._audio.put_nowait((audio, self._echo_reference(len(audio))))
+        if self.recorder is not None:
+            self.recorder.caller_audio(mulaw_decode(audio))
+        return True
+
+    def _on_event(self, event: object) -> bool:
+        """Anything but media; False at `stop`."""
+        if isinstance(event, Mark):
+            if not self.playback.echoed(event.name):
+                log.debug("call %s: mark %r not pending (after clear?)", self.call_sid, event.name)
+        elif isinstance(event, Dtmf):
+            if not self._keypad.allow():
+                self.metrics.dropped.labels(what="dtmf").inc()
+            else:
+                digit = REDACTED_DIGIT if self.settings.redact_dtmf else event.digit
+                self._to_agent(Digits(digit))
+        elif isinstance(event, Stop):
+            if self.ended is None:
+                self.outcome = "completed"
+            return False
+        elif isinstance(event, Start):
+            log.warning("call %s: second start event ignored", self.call_sid)
+        return True
+
+    def _to_agent(self, item: FrontEndOutput | Digits) -> None:
+        try:
+            self._agent_inputs.put_nowait(item)
+        except asyncio.QueueFull:
+            what = "dtmf" if isinstance(item, Digits) else "agent_input"
+            self.metrics.dropped.labels(what=what).inc()
 
     def _echo_reference(self, samples: int) -> np.ndarray:
         """What the schedule says played during the `samples` just received, read ahead.
@@ -330,6 +397,7 @@ class CallSession:
                 batch = [await self._audio.get()]
                 while not self._audio.empty():
                     batch.append(self._audio.get_nowait())
+                self._audio_bytes -= sum(len(audio) for audio, _ in batch)
                 # One thread hop per batch: cheap when frames arrive one by one, and it
                 # catches up in one go after a stall.
                 data = b"".join(audio for audio, _ in batch)
@@ -337,7 +405,7 @@ class CallSession:
                 started = time.perf_counter()
                 out = await lane.run(self.frontend.process, data, reference)
                 self.metrics.frontend_seconds.inc(time.perf_counter() - started)
-                self._agent_inputs.put_nowait(out)
+                self._to_agent(out)
         finally:
             await lane.aclose()
 
@@ -365,6 +433,8 @@ class CallSession:
             greeting_pcm=self.models.canned.get(self.settings.greeting),
             greeting_rate=self.models.tts.sample_rate,
             on_event=self._log_event,
+            worker_token=self.settings.worker_token,
+            turn_taking=turn_taking(self.settings),
         )
         try:
             await duplex.run(inputs)

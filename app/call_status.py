@@ -22,10 +22,9 @@ from starlette.responses import PlainTextResponse, Response
 
 from agents.events import CallStatus
 from app.paths import CALL_STATUS_PATH
-from app.webhooks import signed_form
+from app.webhook import Refused, account_sid, call_sid, party, signed_form
 from recordings.errors import RecordError
 from recordings.late import append_late_event
-from recordings.privacy import mask_number
 from recordings.recorder import CallRecorder
 
 if TYPE_CHECKING:
@@ -39,26 +38,33 @@ _CLOSE_WAIT_S = 10.0
 MAX_EARLY = 1000  # calls with statuses kept for a stream still to start
 
 
+# Twilio's CallStatus values; anything else is not a status we record.
+STATUSES = frozenset(
+    ("queued", "initiated", "ringing", "in-progress", "completed", *NEVER_CONNECTED)
+)
+
+
 async def call_status_callback(request: Request) -> Response:
-    form = await signed_form(request, CALL_STATUS_PATH)
-    if form is None:
-        return PlainTextResponse("invalid signature", status_code=403)
-    call_sid = str(form.get("CallSid") or "")
-    if not call_sid:
-        return PlainTextResponse("CallSid is required", status_code=400)
-    try:
-        duration = int(str(form.get("CallDuration") or 0))
-    except ValueError:
-        duration = 0
-    event = CallStatus(
-        status=str(form.get("CallStatus") or ""),
-        duration_s=duration,
-        sip_code=str(form.get("SipResponseCode") or ""),
-    )
-    log.info("call %s status: %s", call_sid, event.status)
     services: Services = request.app.state.services
-    peer = {"to": str(form.get("To") or ""), "from": str(form.get("From") or "")}
-    await _record(services, call_sid, event, peer)
+    try:
+        form = await signed_form(request, services, CALL_STATUS_PATH)
+        sid = call_sid(form)
+        account_sid(form, services.settings.twilio_account_sid)
+        peer = {"to": party(form, "To"), "from": party(form, "From")}
+    except Refused as exc:
+        return PlainTextResponse(exc.reason, status_code=exc.status)
+    status = form.get("CallStatus")
+    if status not in STATUSES:
+        return PlainTextResponse("unknown CallStatus", status_code=400)
+    duration = form.get("CallDuration")
+    sip_code = form.get("SipResponseCode")
+    event = CallStatus(
+        status=status,
+        duration_s=int(duration) if duration.isascii() and duration.isdigit() else 0,
+        sip_code=sip_code if sip_code.isascii() and sip_code.isdigit() else "",
+    )
+    log.info("call %s status: %s", sid, event.status)
+    await _record(services, sid, event, peer)
     return Response(status_code=204)
 
 
@@ -112,10 +118,9 @@ async def _record_unconnected(
 ) -> None:
     """A record for an outbound call that was never answered: just its statuses."""
     settings = services.settings
-    to = peer["to"]
     meta = {
         "call_sid": call_sid,
-        "to": mask_number(to) if settings.mask_caller_number and to else to,
+        "to": services.shown_number(peer["to"]),
         "from": peer["from"],
         "direction": "outbound",
     }

@@ -30,16 +30,20 @@ def serve(args: argparse.Namespace) -> int:
     _configure_logging(settings.log_level)
     workers = None
     if args.local_workers:
-        from agents.duplex.local import LocalWorkers, share_embedded_llm
+        from agents.duplex.local import share_embedded_llm
+        from agents.duplex.supervisor import WorkerSupervisor
 
         settings, worker_env = share_embedded_llm(settings)
-        workers = LocalWorkers(args.local_workers, args.worker_port, env=worker_env)
+        workers = WorkerSupervisor(
+            args.local_workers, args.worker_port, env=worker_env, backend=args.worker_backend
+        )
         urls = [*settings.worker_urls, *workers.urls]
         settings = settings.replace(duplex_workers=",".join(urls))
-    app = create_app(settings)
+    # The app starts, waits for, watches and stops the local workers.
+    app = create_app(settings, local_workers=workers)
     uvicorn.run(
         app,
-        host=settings.host,
+        host=settings.bind_host,
         port=settings.port,
         log_level=settings.log_level.lower(),
         ws_max_size=1 << 20,  # Twilio frames are ~300 bytes; refuse absurd ones early
@@ -47,8 +51,6 @@ def serve(args: argparse.Namespace) -> int:
         proxy_headers=True,
         ws="websockets-sansio",
     )
-    if workers is not None:
-        workers.stop()
     return 0
 
 
@@ -122,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "bench":
         return bench(argv[1:])
     if argv and argv[0] == "worker":
-        from agents.duplex.worker import worker_main
+        from agents.duplex.worker_cli import worker_main
 
         return worker_main(argv[1:], load_settings=Settings.from_env)
     if argv and argv[0] == "calls":
@@ -138,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         "--local-workers", type=int, default=0, help="also run N duplex workers on this host"
     )
     serve_parser.add_argument("--worker-port", type=int, default=22400, help="first worker port")
+    serve_parser.add_argument(
+        "--worker-backend",
+        choices=["cascade", "minicpmo"],
+        default="cascade",
+        help="what the local workers run",
+    )
     serve_parser.set_defaults(func=serve)
     commands.add_parser("models", help="assemble and verify the bundled models").set_defaults(
         func=models

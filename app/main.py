@@ -15,6 +15,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from agents.cascade.agent import CascadeModels
+from agents.duplex.supervisor import WorkerSupervisor
 from agents.loading import load_models
 from app.call import CallSession
 from app.call_status import call_status_callback
@@ -30,8 +31,10 @@ from app.paths import (
 )
 from app.services import Services, open_pool
 from app.settings import Settings
+from app.webhook import CALL_SID, Refused, base_url, party, signed_form
+from app.webhook import account_sid as webhook_account_sid
+from app.webhook import call_sid as webhook_call_sid
 from recordings.errors import RecordError
-from recordings.privacy import mask_number
 from recordings.recorder import CallRecorder
 from recordings.retention import retention_loop
 from recordings.store import RecordStore
@@ -45,13 +48,16 @@ log = logging.getLogger(__name__)
 
 OFFHOOK_VERSION = "0.1.0"
 
-START_TIMEOUT_S = 10.0
+START_TIMEOUT_S = 5.0  # Twilio sends `start` at once; a socket may not idle before it
 BUSY_MESSAGE = "Sorry, all our lines are busy right now. Please call again in a few minutes."
 NOT_READY_MESSAGE = "Sorry, the assistant is starting up. Please call again in a minute."
 
 # WebSocket close codes: 1008 policy violation (bad signature or token), 1013 try again later.
 POLICY_VIOLATION = 1008
 TRY_AGAIN_LATER = 1013
+# Local workers load the same models as the gateway (cascade) or a 20 GB model from disk
+# (minicpmo); past this the app takes calls anyway, on the cascade until they are ready.
+LOCAL_WORKERS_READY_S = 300.0
 
 
 def _services(conn: HTTPConnection) -> Services:
@@ -59,41 +65,31 @@ def _services(conn: HTTPConnection) -> Services:
     return services
 
 
-def _base_url(conn: HTTPConnection, settings: Settings) -> str:
-    """The public base URL: configured, never request.url (wrong behind a proxy)."""
-    if settings.public_url:
-        return settings.public_url.rstrip("/")
-    scheme = "https" if conn.url.scheme in ("https", "wss") else "http"
-    return f"{scheme}://{conn.headers.get('host', 'localhost')}"
+def _refused(exc: Refused) -> Response:
+    return PlainTextResponse(exc.reason, status_code=exc.status)
 
 
 async def voice_webhook(request: Request) -> Response:
     services = _services(request)
     settings = services.settings
-    form = await request.form()
-    base = _base_url(request, settings)
-    if services.validator is not None:
-        signature = request.headers.get("x-twilio-signature")
-        url = public_url(base, VOICE_PATH)
-        if request.url.query:  # an outbound call's URL carries its options; Twilio signs them
-            url = f"{url}?{request.url.query}"
-        if not services.validator.validate(url, form, signature):
-            services.metrics.rejected_calls.labels(reason="bad_signature").inc()
-            log.warning("voice webhook: invalid X-Twilio-Signature from %s", request.client)
-            return PlainTextResponse("invalid signature", status_code=403)
-    call_sid = str(form.get("CallSid") or "")
-    if not call_sid:
-        return PlainTextResponse("CallSid is required", status_code=400)
+    try:
+        form = await signed_form(request, services, VOICE_PATH)
+        call_sid = webhook_call_sid(form)
+        webhook_account_sid(form, settings.twilio_account_sid)
+        caller, callee = party(form, "From"), party(form, "To")
+        base = base_url(request, settings)
+    except Refused as exc:
+        return _refused(exc)
     if not services.ready.is_set():
         services.metrics.rejected_calls.labels(reason="not_ready").inc()
         return _twiml(say_and_hangup_twiml(NOT_READY_MESSAGE))
-    if services.active_calls >= settings.max_calls:
+    if not services.admission.reserve(call_sid):
         services.metrics.rejected_calls.labels(reason="busy").inc()
         return _twiml(say_and_hangup_twiml(BUSY_MESSAGE))
     parameters = {
         "token": services.tokens.issue(call_sid),
-        "from": str(form.get("From") or ""),
-        "to": str(form.get("To") or ""),
+        "from": caller,
+        "to": callee,
         **stream_parameters(request, form),
     }
     twiml = connect_stream_twiml(
@@ -101,9 +97,7 @@ async def voice_webhook(request: Request) -> Response:
         parameters,
         status_callback_url=public_url(base, STATUS_PATH),
     )
-    log.info(
-        "call %s from %s: streaming to %s", call_sid, form.get("From"), stream_url(base, MEDIA_PATH)
-    )
+    log.info("call %s from %s: streaming", call_sid, services.shown_number(caller))
     return _twiml(twiml)
 
 
@@ -113,18 +107,18 @@ def _twiml(body: str) -> Response:
 
 async def stream_status(request: Request) -> Response:
     services = _services(request)
-    form = await request.form()
-    if services.validator is not None:
-        url = public_url(_base_url(request, services.settings), STATUS_PATH)
-        if not services.validator.validate(url, form, request.headers.get("x-twilio-signature")):
-            return PlainTextResponse("invalid signature", status_code=403)
-    event = str(form.get("StreamEvent") or "")
+    try:
+        form = await signed_form(request, services, STATUS_PATH)
+    except Refused as exc:
+        return _refused(exc)
+    event = form.get("StreamEvent")
+    # %r: these are the sender's strings; a newline must not forge a log line.
     log.info(
-        "stream status: call %s stream %s %s %s",
-        form.get("CallSid"),
-        form.get("StreamSid"),
-        event,
-        form.get("StreamError") or "",
+        "stream status: call %r stream %r %r %r",
+        form.get("CallSid")[:64],
+        form.get("StreamSid")[:64],
+        event[:64],
+        form.get("StreamError")[:200],
     )
     if event == "stream-error":
         services.metrics.errors.labels(stage="stream").inc()
@@ -135,62 +129,105 @@ async def media_stream(websocket: WebSocket) -> None:
     services = _services(websocket)
     settings = services.settings
     if services.validator is not None:
-        url = stream_url(_base_url(websocket, settings), MEDIA_PATH)
+        url = stream_url(base_url(websocket, settings), MEDIA_PATH)
         signature = websocket.headers.get("x-twilio-signature")
         if not services.validator.validate_stream(url, signature):
             services.metrics.rejected_calls.labels(reason="bad_signature").inc()
             log.warning("media stream: invalid handshake signature from %s", websocket.client)
             await websocket.close(code=POLICY_VIOLATION)  # before accept: an HTTP 403
             return
-    await websocket.accept()
+    # Sockets waiting for `start` are few and short-lived: beyond the limit, refuse.
+    if not services.admission.open_pending():
+        services.metrics.rejected_calls.labels(reason="too_many_pending").inc()
+        await websocket.close(code=TRY_AGAIN_LATER)
+        return
+    try:
+        await websocket.accept()
+        stream, start = await _started_stream(websocket, services)
+    finally:
+        services.admission.close_pending()
+    if start is None:
+        return
+    if not services.admission.admit(start.call_sid):
+        services.metrics.rejected_calls.labels(reason="busy").inc()
+        await stream.close(TRY_AGAIN_LATER, "busy")
+        return
+    # From here on the slot is ours: whatever fails, the finally gives it back.
+    session: CallSession | None = None
+    try:
+        models = services.models
+        assert models is not None  # _started_stream refused the call otherwise
+        recorder = await _start_record(services, start)
+        session = CallSession(
+            start,
+            stream,
+            settings=settings,
+            models=models,
+            metrics=services.metrics,
+            persona=services.persona,
+            recorder=recorder,
+            pool=services.pool,
+        )
+        counted, in_call = stream.on_protocol_error, session
+
+        def report_in_call(exc: ProtocolError) -> None:
+            counted(exc)
+            in_call.protocol_error(exc)
+
+        stream.on_protocol_error = report_in_call
+        services.remember(session)
+        deliver_early(services, session)
+        await session.run()
+    finally:
+        services.open_records.discard(start.call_sid)
+        services.forget(start.call_sid)
+        services.admission.release()
+        outcome = session.outcome if session is not None else "error"
+        services.metrics.calls.labels(outcome=outcome).inc()
+        await stream.close(POLICY_VIOLATION if outcome == "flood" else 1000)
+        log.info("call %s ended: %s", start.call_sid, outcome)
+
+
+async def _started_stream(
+    websocket: WebSocket, services: Services
+) -> tuple[TwilioStream, Start | None]:
+    """The accepted stream and its `start`, or None once the stream was refused."""
 
     def report(exc: ProtocolError) -> None:
         services.metrics.protocol_errors.labels(kind=exc.kind).inc()
         log.warning("media stream: %s (%s)", exc, exc.kind)
 
-    session: CallSession | None = None
-
-    def report_in_call(exc: ProtocolError) -> None:
-        report(exc)
-        if session is not None:
-            session.protocol_error(exc)
-
-    stream = TwilioStream(websocket, report_in_call)
+    stream = TwilioStream(websocket, report)
     start = await _await_start(stream)
+    reason = _refusal(services, start)
+    if reason is not None or start is None:
+        if reason is not None:
+            services.metrics.rejected_calls.labels(reason=reason).inc()
+        log.warning("media stream refused: %s", reason or "no start event")
+        await stream.close(POLICY_VIOLATION, reason or "no start event")
+        return stream, None
+    if services.models is None:
+        services.metrics.rejected_calls.labels(reason="not_ready").inc()
+        await stream.close(TRY_AGAIN_LATER, "not ready")
+        return stream, None
+    return stream, start
+
+
+def _refusal(services: Services, start: Start | None) -> str | None:
+    """Why this `start` may not begin a call (a rejection reason), or None."""
     if start is None:
-        await stream.close(POLICY_VIOLATION, "no start event")
-        return
-    token = start.parameters.get("token", "")
-    if not services.tokens.verify(start.call_sid, token):
-        services.metrics.rejected_calls.labels(reason="bad_call_token").inc()
-        log.warning("media stream: call %s presented an invalid call token", start.call_sid)
-        await stream.close(POLICY_VIOLATION, "invalid call token")
-        return
-    models = services.models
-    if models is None or not services.admit():
-        services.metrics.rejected_calls.labels(reason="busy" if models else "not_ready").inc()
-        await stream.close(TRY_AGAIN_LATER, "busy")
-        return
-    recorder = await _start_record(services, start)
-    session = CallSession(
-        start,
-        stream,
-        settings=settings,
-        models=models,
-        metrics=services.metrics,
-        recorder=recorder,
-        pool=services.pool,
-    )
-    services.remember(session)
-    deliver_early(services, session)
-    try:
-        await session.run()
-    finally:
-        services.open_records.discard(start.call_sid)
-        services.release()
-        services.metrics.calls.labels(outcome=session.outcome).inc()
-        await stream.close()
-        log.info("call %s ended: %s", start.call_sid, session.outcome)
+        return None
+    if not CALL_SID.fullmatch(start.call_sid):
+        return "bad_call_sid"
+    expected_account = services.settings.twilio_account_sid
+    if expected_account and start.account_sid != expected_account:
+        return "wrong_account"
+    if not services.tokens.verify(start.call_sid, start.parameters.get("token", "")):
+        return "bad_call_token"
+    # Consumed: a token (and its CallSid) starts one stream, however often it is replayed.
+    if not services.admission.claim_stream(start.call_sid):
+        return "replayed_call_token"
+    return None
 
 
 async def _start_record(services: Services, start: Start) -> CallRecorder | None:
@@ -203,7 +240,7 @@ async def _start_record(services: Services, start: Start) -> CallRecorder | None
         "call_sid": start.call_sid,
         "stream_sid": start.stream_sid,
         "account_sid": start.account_sid,
-        "from": mask_number(caller) if settings.mask_caller_number and caller else caller,
+        "from": services.shown_number(caller),
         "to": start.parameters.get("to", ""),
         "agent": "cascade",
         "fallbacks": [],
@@ -220,7 +257,13 @@ async def _start_record(services: Services, start: Start) -> CallRecorder | None
     }
     services.open_records.add(start.call_sid)  # before the folder exists: repair must skip it
     try:
-        return await asyncio.to_thread(CallRecorder, settings.calls_dir, start.call_sid, meta=meta)
+        return await asyncio.to_thread(
+            CallRecorder,
+            settings.calls_dir,
+            start.call_sid,
+            meta=meta,
+            max_bytes=int(settings.max_record_mb * 1_000_000),
+        )
     except (RecordError, OSError) as exc:
         services.open_records.discard(start.call_sid)
         services.metrics.errors.labels(stage="recording").inc()
@@ -244,7 +287,8 @@ async def _await_start(stream: TwilioStream) -> Start | None:
 async def healthz(request: Request) -> Response:
     services = _services(request)
     if services.load_error:
-        return JSONResponse({"status": "error", "error": services.load_error}, status_code=503)
+        # The cause is in the server's log; strangers learn only that it failed.
+        return JSONResponse({"status": "error"}, status_code=503)
     if not services.ready.is_set():
         return JSONResponse({"status": "loading"}, status_code=503)
     return JSONResponse({"status": "ok", "active_calls": services.active_calls})
@@ -254,8 +298,18 @@ async def metrics(request: Request) -> Response:
     return Response(_services(request).metrics.render(), media_type=CONTENT_TYPE)
 
 
-def create_app(settings: Settings, *, models: CascadeModels | None = None) -> Starlette:
-    """The app. Pass `models` to share already-loaded models (tests, benchmarks)."""
+def create_app(
+    settings: Settings,
+    *,
+    models: CascadeModels | None = None,
+    local_workers: WorkerSupervisor | None = None,
+) -> Starlette:
+    """The app. Pass `models` to share already-loaded models (tests, benchmarks).
+
+    `local_workers` (`serve --local-workers`): started with the app, waited for before it
+    takes calls, watched while it runs, and stopped with it.
+    """
+    settings.check_exposure()
     services = Services(settings, models=models)
 
     @contextlib.asynccontextmanager
@@ -267,12 +321,20 @@ def create_app(settings: Settings, *, models: CascadeModels | None = None) -> St
             )
         async with AsyncExitStack() as stack:
             stack.push_async_callback(services.scheduler.aclose)  # after all the rest
-            services.pool = await open_pool(services, stack)
+            if local_workers is not None:
+                await stack.enter_async_context(local_workers)
+            services.pool = await open_pool(
+                services, stack, local_workers.report if local_workers is not None else None
+            )
             background: list[asyncio.Task[None]] = []
             if services.models is None:
                 background.append(asyncio.create_task(_load(services, stack), name="load-models"))
             else:
                 services.ready.set()
+            if local_workers is not None:
+                # The gateway's own models load meanwhile (workers may need its LLM).
+                await local_workers.wait_ready(LOCAL_WORKERS_READY_S)
+                background.append(asyncio.create_task(local_workers.run(), name="workers"))
             if settings.recording:
                 background.append(
                     asyncio.create_task(_look_after_records(services), name="records")

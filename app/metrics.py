@@ -53,6 +53,13 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.dropped = Counter(
+            "offhook_dropped",
+            "Input a call refused to queue, by what (caller_audio, agent_input, dtmf): "
+            "a stalled stage or a flooding peer.",
+            ["what"],
+            registry=r,
+        )
         self.frontend_seconds = Counter(
             "offhook_frontend_cpu_seconds", "Time spent in the audio front end.", registry=r
         )

@@ -14,9 +14,10 @@ listens and says nothing; then it greets a person, or leaves VOICEMAIL_MESSAGE.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from starlette.requests import HTTPConnection, Request
@@ -26,7 +27,16 @@ from app.call_status import deliver_early_status
 from app.control import rest_client
 from app.paths import AMD_PATH, CALL_STATUS_PATH, VOICE_PATH
 from app.settings import Settings
-from app.webhooks import base_url, signed_form
+from app.webhook import (
+    Refused,
+    WebhookForm,
+    account_sid,
+    base_url,
+    call_sid,
+    check_length,
+    read_body,
+    signed_form,
+)
 from telephony.control import OutboundCall
 from telephony.errors import CallControlError
 from telephony.security import public_url
@@ -40,6 +50,11 @@ log = logging.getLogger(__name__)
 
 # The greeting travels as a stream <Parameter> (name + value under 500 characters).
 MAX_GREETING_CHARS = MAX_PARAMETER_CHARS - len("greeting") - 1
+# `POST /calls` takes {"to", "from", "greeting"}: a few hundred bytes.
+MAX_CALLS_BODY_BYTES = 4096
+JSON_TYPE = "application/json"
+# AMD verdicts kept for calls whose stream has not started yet (oldest dropped first).
+MAX_EARLY_AMD = 1000
 
 
 class OutboundError(ValueError):
@@ -52,10 +67,11 @@ def voice_url(base: str, greeting: str) -> str:
     return f"{public_url(base, VOICE_PATH)}?{query}"
 
 
-def stream_parameters(request: Request, form: Any) -> dict[str, str]:
+def stream_parameters(request: Request, form: WebhookForm) -> dict[str, str]:
     """What the voice webhook passes on to the stream about the call's direction and,
     for a call we placed (signed URL), its greeting and AMD."""
-    parameters = {"direction": str(form.get("Direction") or "")}
+    direction = form.get("Direction")[:32]
+    parameters = {"direction": direction if direction.isprintable() else ""}
     query = request.query_params
     if query.get("outbound") == "1":
         parameters["amd"] = "1" if query.get("amd") == "1" else ""
@@ -120,9 +136,9 @@ async def calls_endpoint(request: Request) -> Response:
             headers={"WWW-Authenticate": "Bearer"},
         )
     try:
-        body = await request.json()
-    except ValueError:
-        return JSONResponse({"error": "expected a JSON body"}, 400)
+        body = await _json_body(request)
+    except Refused as exc:
+        return JSONResponse({"error": exc.reason}, exc.status)
     if not isinstance(body, dict) or not isinstance(body.get("to"), str):
         return JSONResponse({"error": 'expected {"to": "+15551234567", ...}'}, 400)
     fields = {k: body.get(k, "") for k in ("from", "greeting")}
@@ -144,24 +160,42 @@ async def calls_endpoint(request: Request) -> Response:
     return JSONResponse({"call_sid": call_sid, "to": body["to"]}, 201)
 
 
+async def _json_body(request: Request) -> object:
+    """The request's JSON, read within bounds; else Refused (415, 400, 413, 408)."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.split(";", 1)[0].strip().lower() != JSON_TYPE:
+        raise Refused(415, f"expected {JSON_TYPE}")
+    check_length(request, MAX_CALLS_BODY_BYTES)
+    body = await read_body(request, MAX_CALLS_BODY_BYTES)
+    try:
+        return json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise Refused(400, "expected a JSON body") from None
+
+
 async def amd_callback(request: Request) -> Response:
     """Twilio's AsyncAmdStatusCallback: `AnsweredBy` for an outbound call."""
-    form = await signed_form(request, AMD_PATH)
-    if form is None:
-        return PlainTextResponse("invalid signature", status_code=403)
-    call_sid = str(form.get("CallSid") or "")
-    answered_by = str(form.get("AnsweredBy") or "unknown")
-    try:
-        detection_ms: int | None = int(str(form.get("MachineDetectionDuration") or ""))
-    except ValueError:
-        detection_ms = None
-    log.info("call %s answered by %s", call_sid, answered_by)
     services = _services(request)
-    session = services.calls.get(call_sid)
+    try:
+        form = await signed_form(request, services, AMD_PATH)
+        sid = call_sid(form)
+        account_sid(form, services.settings.twilio_account_sid)
+    except Refused as exc:
+        return PlainTextResponse(exc.reason, status_code=exc.status)
+    answered_by = form.get("AnsweredBy")[:32] or "unknown"
+    if not answered_by.isprintable():
+        return PlainTextResponse("AnsweredBy holds control characters", status_code=400)
+    duration = form.get("MachineDetectionDuration")
+    detection_ms = int(duration) if duration.isascii() and duration.isdigit() else None
+    # %r: the sender's string; a newline must not forge a log line.
+    log.info("call %s answered by %r", sid, answered_by)
+    session = services.calls.get(sid)
     if session is not None:
         session.amd_result(answered_by, detection_ms)
     else:  # the verdict can beat the stream's start
-        services.early_amd[call_sid] = (answered_by, detection_ms)
+        services.early_amd[sid] = (answered_by, detection_ms)
+        while len(services.early_amd) > MAX_EARLY_AMD:  # calls whose stream never came
+            del services.early_amd[next(iter(services.early_amd))]
     return Response(status_code=204)
 
 

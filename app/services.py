@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -17,8 +17,10 @@ from agents.events import CallStatus
 # name stays importable from here for code not yet moved to `agents.loading`.
 from agents.loading import load_models
 from agents.scheduler import ModelScheduler
+from app.admission import Admission
 from app.metrics import Metrics
 from app.settings import Settings
+from recordings.privacy import mask_number
 from telephony.security import CallTokens, WebhookValidator
 
 if TYPE_CHECKING:
@@ -28,7 +30,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Services", "load_models", "open_pool"]
 
-RECENT_CALLS = 50
+RESERVE_S = 15.0  # a webhook's slot, held for its stream
 
 
 @dataclass
@@ -37,15 +39,24 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     models: CascadeModels | None = None
     load_error: str | None = None
-    active_calls: int = 0
 
     def __post_init__(self) -> None:
         self.tokens = CallTokens(self.settings.token_secret)
+        self.admission = Admission(
+            self.settings.max_calls,
+            window_s=self.tokens.max_age_s,
+            reserve_s=RESERVE_S,
+            max_pending=max(8, 2 * self.settings.max_calls),
+            on_change=self.metrics.active_calls.set,
+        )
+        # Read once: a persona file that goes missing later cannot fail a call.
+        self.persona = self.settings.persona()
         token = self.settings.twilio_auth_token
         self.validator = WebhookValidator(token) if token else None
         self.ready = asyncio.Event()
-        # Active and recently finished calls, for introspection (tests, debugging).
-        self.calls: OrderedDict[str, CallSession] = OrderedDict()
+        # Live calls only: a finished call's session holds its audio buffers, so it is
+        # forgotten at once; what is kept of it is its record and the metrics.
+        self.calls: dict[str, CallSession] = {}
         self.open_records: set[str] = set()
         # Twilio's reports on calls whose stream has not started yet (outbound calls):
         # answering-machine verdicts, and status callbacks with when they came.
@@ -69,24 +80,31 @@ class Services:
 
     def remember(self, session: CallSession) -> None:
         self.calls[session.call_sid] = session
-        while len(self.calls) > RECENT_CALLS:
-            self.calls.popitem(last=False)
 
-    def admit(self) -> bool:
-        """Take a call slot if one is free."""
-        if self.active_calls >= self.settings.max_calls:
-            return False
-        self.active_calls += 1
-        self.metrics.active_calls.set(self.active_calls)
-        return True
+    def forget(self, call_sid: str) -> None:
+        self.calls.pop(call_sid, None)
 
-    def release(self) -> None:
-        self.active_calls -= 1
-        self.metrics.active_calls.set(self.active_calls)
+    @property
+    def active_calls(self) -> int:
+        return self.admission.active
+
+    def shown_number(self, number: str) -> str:
+        """A caller's number as logs and records show it (MASK_CALLER_NUMBER)."""
+        if self.settings.mask_caller_number and number:
+            return mask_number(number)
+        return number
 
 
-async def open_pool(services: Services, stack: AsyncExitStack) -> WorkerPool | None:
-    """The duplex worker pool, when workers are configured; health checks start now."""
+async def open_pool(
+    services: Services,
+    stack: AsyncExitStack,
+    on_unhealthy: Callable[[str, str], None] | None = None,
+) -> WorkerPool | None:
+    """The duplex worker pool, when workers are configured; health checks start now.
+
+    `on_unhealthy(url, reason)` hears of every lease given back broken (a supervisor of
+    local workers restarts those).
+    """
     urls = services.settings.worker_urls
     if not urls:
         return None
@@ -94,6 +112,7 @@ async def open_pool(services: Services, stack: AsyncExitStack) -> WorkerPool | N
         urls,
         max_queue=services.settings.duplex_queue,
         metrics=PoolMetrics(services.metrics.registry),
+        on_unhealthy=on_unhealthy,
     )
     await pool.start()
     stack.push_async_callback(pool.aclose)

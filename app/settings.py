@@ -7,7 +7,9 @@ prints them with their current values (secrets masked) for `offhook settings`.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -21,34 +23,61 @@ class SettingsError(ValueError):
     """An environment variable holds a value its setting cannot take."""
 
 
+ACCOUNT_SID = re.compile(r"AC[0-9a-f]{32}")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
 def _env_field(env: str, default: Any, doc: str, *, secret: bool = False) -> Any:
-    return field(default=default, metadata={"env": env, "doc": doc, "secret": secret})
+    # Secrets stay out of repr: a Settings in a log line or a traceback must not leak them.
+    return field(
+        default=default, repr=not secret, metadata={"env": env, "doc": doc, "secret": secret}
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
     # --- server and Twilio -------------------------------------------------------------
-    host: str = _env_field("HOST", "0.0.0.0", "Interface `offhook serve` listens on.")
+    host: str = _env_field(
+        "HOST",
+        "",
+        "Interface `offhook serve` listens on. Empty: 0.0.0.0 when TWILIO_AUTH_TOKEN is "
+        "set, else 127.0.0.1 (an unsigned server is reachable from this machine only).",
+    )
     port: int = _env_field("PORT", 8080, "Port `offhook serve` listens on.")
     public_url: str = _env_field(
         "PUBLIC_URL",
         "",
         "Public base URL Twilio reaches us at (https://bot.example.com). Used for the "
-        "stream URL in TwiML and for signature checks. Empty: taken from the request's "
-        "Host header (local development only).",
+        "stream URL in TwiML and for signature checks; required with TWILIO_AUTH_TOKEN. "
+        "Empty (unsigned local development only): taken from the request's Host header.",
     )
     twilio_auth_token: str = _env_field(
         "TWILIO_AUTH_TOKEN",
         "",
         "Twilio auth token. When set, every webhook and stream handshake must carry a "
-        "valid X-Twilio-Signature (403 / close 1008 otherwise).",
+        "valid X-Twilio-Signature (403 / close 1008 otherwise). Requires PUBLIC_URL.",
         secret=True,
+    )
+    allow_unsigned: bool = _env_field(
+        "ALLOW_UNSIGNED",
+        False,
+        "Let a server without TWILIO_AUTH_TOKEN listen on a non-loopback HOST (anyone who "
+        "reaches it can place calls through it). Off: start-up refuses.",
     )
     twilio_account_sid: str = _env_field(
         "TWILIO_ACCOUNT_SID",
         "",
         "Twilio account SID. With TWILIO_AUTH_TOKEN it enables Twilio's REST API: hang-up "
-        "over REST, transfers, outbound calls.",
+        "over REST, transfers, outbound calls. When set, webhooks and streams from any "
+        "other account are refused.",
     )
     twilio_api_url: str = _env_field(
         "TWILIO_API_URL",
@@ -64,6 +93,25 @@ class Settings:
     )
     max_calls: int = _env_field(
         "MAX_CALLS", 4, "Concurrent calls; further callers hear a busy message."
+    )
+    max_call_s: float = _env_field(
+        "MAX_CALL_S",
+        3600.0,
+        "Longest a call may last, in seconds. 10 s before it (for a limit over 10 s) the "
+        "bot says FAREWELL_TEXT and hangs up; at it the stream is closed whatever is under "
+        "way.",
+    )
+    media_timeout_s: float = _env_field(
+        "MEDIA_TIMEOUT_S",
+        5.0,
+        "A stream that sends no media for this long is closed (Twilio sends every 20 ms).",
+    )
+    max_media_rate: float = _env_field(
+        "MAX_MEDIA_RATE",
+        1.5,
+        "Caller audio arriving faster than this many times real time (after a 2 s burst) "
+        "is a flood: the stream is closed. Raise it on a staging server for "
+        "`calls replay --speed`.",
     )
     # --- conversation ------------------------------------------------------------------
     greeting: str = _env_field(
@@ -94,14 +142,8 @@ class Settings:
     farewell: str = _env_field(
         "FAREWELL_TEXT",
         "Thanks for calling. Goodbye!",
-        "Said when the caller says goodbye, then the bot hangs up (also at MAX_CALL_S and "
+        "Said when the caller says goodbye, then the bot hangs up (also near MAX_CALL_S and "
         "after an unanswered re-prompt). Empty: the LLM answers a goodbye like any turn.",
-    )
-    max_call_s: float = _env_field(
-        "MAX_CALL_S",
-        0.0,
-        "Longest call, in seconds: then the bot says FAREWELL_TEXT and hangs up (10 s "
-        "later at the latest). 0: no limit.",
     )
     silence_timeout_s: float = _env_field(
         "SILENCE_TIMEOUT_S",
@@ -266,6 +308,25 @@ class Settings:
         "DUPLEX_QUEUE", 16, "Calls that may wait for a worker at once (beyond: cascade)."
     )
     unit_ms: int = _env_field("UNIT_MS", 1000, "Caller audio per duplex unit (200..2000 ms).")
+    worker_token: str = _env_field(
+        "WORKER_TOKEN",
+        "",
+        "Shared secret between the gateway and its duplex workers, sent at the worker "
+        "WebSocket handshake (Authorization: Bearer) and compared in constant time. Set "
+        "the same value on both sides; empty: workers take any session (loopback only!).",
+        secret=True,
+    )
+    worker_session_timeout_s: float = _env_field(
+        "WORKER_SESSION_TIMEOUT_S",
+        30.0,
+        "A worker closes a session that sends it nothing (idle or paused) for this long.",
+    )
+    omni_voice_wav: str = _env_field(
+        "OMNI_VOICE_WAV",
+        "",
+        "WAV (5-15 s of clear speech) whose voice a `minicpmo` worker speaks with. Empty: "
+        "the bundled Piper voice, the cascade's own, so a fallback keeps the same voice.",
+    )
     # --- playout -----------------------------------------------------------------------
     chunk_ms: int = _env_field(
         "CHUNK_MS",
@@ -281,7 +342,21 @@ class Settings:
         "RECORDING", True, "Record every call: audio both ways, timeline, transcript, meta."
     )
     mask_caller_number: bool = _env_field(
-        "MASK_CALLER_NUMBER", True, "Store callers' numbers masked (+1555***4567) in records."
+        "MASK_CALLER_NUMBER",
+        True,
+        "Show callers' numbers masked (+1***4567) in records and logs.",
+    )
+    redact_dtmf: bool = _env_field(
+        "REDACT_DTMF",
+        False,
+        "Keep keypad digits (PINs, card numbers) out of records, logs and the LLM: the "
+        "bot hears '(The caller entered 4 digits.)'.",
+    )
+    max_record_mb: float = _env_field(
+        "MAX_RECORD_MB",
+        200.0,
+        "Largest one call's record may grow; audio past it is not written and meta.json "
+        "says `truncated`.",
     )
     retention_days: float = _env_field(
         "RETENTION_DAYS",
@@ -327,6 +402,10 @@ class Settings:
             raise SettingsError(f"UNIT_MS must be within 200..2000, got {self.unit_ms}")
         if self.history_turns < 1:
             raise SettingsError(f"HISTORY_TURNS must be >= 1, got {self.history_turns}")
+        if self.worker_session_timeout_s <= 0:
+            raise SettingsError(
+                f"WORKER_SESSION_TIMEOUT_S must be > 0, got {self.worker_session_timeout_s}"
+            )
         if self.max_calls < 1:
             raise SettingsError(f"MAX_CALLS must be >= 1, got {self.max_calls}")
         if self.llm_tools not in ("auto", "on", "off"):
@@ -341,10 +420,40 @@ class Settings:
             raise SettingsError(
                 f"TRANSFER_TO must be an E.164 number or a sip: URI, got {self.transfer_to!r}"
             )
-        if self.max_call_s < 0 or self.silence_timeout_s < 0:
-            raise SettingsError("MAX_CALL_S and SILENCE_TIMEOUT_S must be >= 0")
+        if self.silence_timeout_s < 0:
+            raise SettingsError(f"SILENCE_TIMEOUT_S must be >= 0, got {self.silence_timeout_s}")
         if self.llm_base_url and not self.llm_model:
             raise SettingsError("LLM_MODEL must name a model when LLM_BASE_URL is set")
+        if self.max_call_s <= 0 or self.media_timeout_s <= 0:
+            raise SettingsError("MAX_CALL_S and MEDIA_TIMEOUT_S must be > 0")
+        if self.max_media_rate < 1.0:
+            raise SettingsError(f"MAX_MEDIA_RATE must be >= 1.0, got {self.max_media_rate}")
+        if self.max_record_mb <= 0:
+            raise SettingsError(f"MAX_RECORD_MB must be > 0, got {self.max_record_mb}")
+        if self.twilio_account_sid and not ACCOUNT_SID.fullmatch(self.twilio_account_sid):
+            raise SettingsError("TWILIO_ACCOUNT_SID must look like AC followed by 32 hex digits")
+
+    def check_exposure(self) -> None:
+        """Refuse to serve in a way that lets strangers in (checked by the server only:
+        `offhook worker` and the CLI read the same variables without serving Twilio)."""
+        if self.twilio_auth_token and not self.public_url:
+            raise SettingsError(
+                "PUBLIC_URL is required when TWILIO_AUTH_TOKEN is set: signatures are "
+                "checked against it, never against the request's Host header"
+            )
+        if not self.twilio_auth_token and not self.allow_unsigned and not _loopback(self.bind_host):
+            raise SettingsError(
+                f"TWILIO_AUTH_TOKEN is not set, so HOST={self.bind_host} would let anyone "
+                "place calls through this server: set TWILIO_AUTH_TOKEN (and PUBLIC_URL), "
+                "listen on 127.0.0.1, or set ALLOW_UNSIGNED=1 to accept the risk"
+            )
+
+    @property
+    def bind_host(self) -> str:
+        """HOST, or the default that fits the signing mode."""
+        if self.host:
+            return self.host
+        return "0.0.0.0" if self.twilio_auth_token else "127.0.0.1"
 
     @property
     def token_secret(self) -> bytes:
@@ -376,8 +485,14 @@ class Settings:
         return hashlib.sha256("\n".join(rows).encode()).hexdigest()[:12]
 
     def persona(self) -> str:
+        """The system prompt; the server reads it once at start-up (app.services)."""
         if self.system_prompt_file:
-            return Path(self.system_prompt_file).read_text(encoding="utf-8").strip()
+            try:
+                return Path(self.system_prompt_file).read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise SettingsError(
+                    f"SYSTEM_PROMPT_FILE {self.system_prompt_file!r} cannot be read: {exc}"
+                ) from None
         return self.system_prompt
 
     @classmethod

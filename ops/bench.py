@@ -31,6 +31,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -140,8 +141,13 @@ def bench_call(args: argparse.Namespace) -> dict[str, object]:
                 await asyncio.wait_for(ready.wait(), 600)
 
             servers.run(wait_ready(), timeout=620)
+            began = datetime.now(UTC)
             asyncio.run(run_call_bench(url, BENCH_TOKEN, args.calls, bench, args.voice))
-            breakdown = _server_breakdown(app)
+            for _ in range(200):  # the last records close as their calls end
+                if not app.state.services.calls:
+                    break
+                time.sleep(0.05)
+            breakdown = _server_breakdown(local.calls_dir, began) if local.recording else {}
         finally:
             servers.close()
         return {
@@ -162,13 +168,22 @@ def bench_call(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def _server_breakdown(app: object) -> dict[str, float]:
-    """Medians of the server's own per-turn timings: where the time goes."""
+def _server_breakdown(calls_dir: Path, since: datetime) -> dict[str, float]:
+    """Medians of the server's own per-turn timings: where the time goes.
+
+    Read from the records of the calls since `since` (their `turn_timing` events): the
+    server keeps no finished call in memory.
+    """
+    from agents.events import TurnTiming, parse_timeline
+    from recordings.store import RecordStore
+
+    store = RecordStore(calls_dir)
     timings = [
-        t
-        for session in app.state.services.calls.values()  # type: ignore[attr-defined]
-        for t in session.agent.timings
-        if t.mouth_to_mouth_ms is not None
+        event
+        for summary in store.summaries()
+        if summary.started_at >= since
+        for _, event in parse_timeline(store.open(summary.call_sid).timeline())
+        if isinstance(event, TurnTiming) and event.mouth_to_mouth_ms is not None
     ]
     parts = {
         "server_end_of_turn_ms": [t.end_of_turn_ms for t in timings],

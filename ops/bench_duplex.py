@@ -27,6 +27,7 @@ from typing import Any
 from agents.conversation import Speaker
 from ops.measure import BENCH_TOKEN, QUESTIONS, machine, percentile
 from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call
+from recordings.store import RecordStore
 
 STORY = "Please tell me a long story about a brave little dragon who learns to fly."
 
@@ -183,15 +184,14 @@ async def _takeover_call(deployment: LocalDeployment, kind: str) -> TakeoverTria
     )
     await asyncio.gather(*tasks)
     await asyncio.sleep(0.5)
-    session = deployment.services.calls[sid]
     if math.isnan(trial.killed_ms):
         trial.kind += " (worker failed first)"
         return trial
     if kind == "question" and report.turns:
         trial.answer_latency_ms = report.turns[0].latency_ms
-    bot = _bot_turns(session)
-    if kind == "reply" and len(bot) >= 3 and bot[2].start_ms is not None:
-        trial.death_to_cascade_audio_ms = bot[2].start_ms - trial.killed_ms
+    bot = await _recorded_bot_turns(deployment, sid)
+    if kind == "reply" and len(bot) >= 3 and bot[2]["start_ms"] is not None:
+        trial.death_to_cascade_audio_ms = bot[2]["start_ms"] - trial.killed_ms
     silences = _silences_after(report, trial.killed_ms)
     if kind == "reply":
         trial.longest_silence_ms = max(silences, default=None)
@@ -199,7 +199,18 @@ async def _takeover_call(deployment: LocalDeployment, kind: str) -> TakeoverTria
 
 
 def _bot_turns(session: Any) -> list[Any]:
+    """A live call's bot turns so far (the server keeps only live calls in memory)."""
     return [t for t in session.conversation.turns if t.speaker is Speaker.BOT and t.text]
+
+
+async def _recorded_bot_turns(deployment: LocalDeployment, sid: str) -> list[dict[str, Any]]:
+    """A finished call's bot turns, from its record's transcript."""
+    for _ in range(200):  # the record is closed as the call ends
+        if sid not in deployment.services.calls:
+            break
+        await asyncio.sleep(0.05)
+    transcript = RecordStore(deployment.services.settings.calls_dir).open(sid).transcript()
+    return [t for t in transcript["turns"] if t["speaker"] == "bot" and t["text"]]
 
 
 def _worker_answer_latencies(deployment: LocalDeployment, calls: int) -> list[float]:
@@ -275,7 +286,6 @@ async def _concurrent_calls(deployment: LocalDeployment, count: int) -> list[Cal
 
 
 def bench_pool(args: argparse.Namespace) -> dict[str, object]:
-    from recordings.store import RecordStore
 
     levels: list[dict[str, object]] = []
     overrides = {"max_calls": max(args.calls) + 1}

@@ -56,6 +56,7 @@ from agents.events import (
     TurnCapped,
     parse_timeline,
 )
+from ops.terminal import Neutralise, neutralise
 from recordings.errors import RecordError
 from recordings.layout import parse_time
 from recordings.privacy import mask_number
@@ -893,13 +894,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Console(highlight=False, width=None if sys.stdout.isatty() else PIPE_WIDTH)
     # Messages on stderr stay one line each, whatever the width: they get grepped.
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    # Records hold strangers' strings (a `to` parameter, transcripts): never let them
+    # drive the terminal.
+    out.push_render_hook(Neutralise())
+    err.push_render_hook(Neutralise())
     store = RecordStore(args.data_dir / "calls")
     run: Command = args.run
     try:
         return run(args, store, out, err)
     except (RecordError, SimulationError, CallerVoiceError, ValueError, OSError) as exc:
         # Expected failures: one line, no traceback. (CorruptRecord names the file.)
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        print(f"{PROG}: {neutralise(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -175,6 +175,8 @@ class SimulationConfig:
     # Stereo WAV, 8 kHz: left = what the caller sent, right = the bot as heard.
     record_path: Path | None = None
     call_sid: str | None = None
+    # The AccountSid Twilio would send; a server with TWILIO_ACCOUNT_SID refuses others.
+    account_sid: str | None = None
     # A caller waiting for the bot speaks anyway after this long without bot audio.
     patience_s: float = 10.0
     # Wall-clock pace: one 20 ms frame every 20/speed ms. Timestamps and every time in
@@ -796,7 +798,7 @@ async def simulate_call(config: SimulationConfig) -> CallReport:
     """Place one simulated call and report what the caller heard and when."""
     prepared = await asyncio.to_thread(_prepare, config.turns, config.voice_engine)
     call_sid = config.call_sid or _random_sid("CA")
-    account_sid = _random_sid("AC")
+    account_sid = config.account_sid or _random_sid("AC")
     stream_sid = _random_sid("MZ")
     loop = asyncio.get_running_loop()
     began = loop.time()
@@ -871,6 +873,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--auth-token",
         default=os.environ.get("TWILIO_AUTH_TOKEN"),
         help="sign requests like Twilio (default: $TWILIO_AUTH_TOKEN)",
+    )
+    parser.add_argument(
+        "--account-sid",
+        default=os.environ.get("TWILIO_ACCOUNT_SID"),
+        help="the AccountSid to call as (default: $TWILIO_ACCOUNT_SID, else a random one)",
     )
     turn_help = "in command-line order, one caller turn each"
     parser.set_defaults(turns=[])
@@ -999,6 +1006,7 @@ def main(argv: list[str] | None = None) -> int:
         config = SimulationConfig(
             base_url=args.url.rstrip("/"),
             auth_token=args.auth_token or None,
+            account_sid=args.account_sid or None,
             turns=[
                 *(answering_machine(args.answering_machine) if args.answering_machine else []),
                 *(_turn_from_arg(kind, value) for kind, value in args.turns),

@@ -32,7 +32,8 @@ meta.json
         {"format": 1, "call_sid", "stream_sid", "account_sid", "from", "to",
          "started_at": "2024-05-01T12:00:00.123Z",   # ISO-8601 UTC, ms, "Z"
          "ended_at": str | null, "duration_s": float | null,
-         "ended_with": null | "completed" | "hangup" | "disconnected" | "error" | "crashed",
+         "ended_with": null | "completed" | "hangup" | "disconnected" | "error" |
+                       "timeout" | "max_length" | "flood" | "crashed",
          "agent": "cascade", "fallbacks": [], "error": str | null,
          "versions": {...free-form...}, "sample_rate": 8000,
          "summary": {"turns": int, "barge_ins": int, "errors": int,

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from recordings.errors import CorruptRecord
+from recordings.layout import private_opener
 
 __all__ = ["read_json_object", "to_jsonable", "write_json_atomic"]
 
@@ -59,7 +60,7 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     """
     tmp = path.with_name(f".{path.name}.tmp")
     text = json.dumps(to_jsonable(obj), ensure_ascii=False, allow_nan=False, indent=2)
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(tmp, "w", encoding="utf-8", opener=private_opener) as f:
         f.write(text + "\n")
         f.flush()
         os.fsync(f.fileno())

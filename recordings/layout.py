@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -12,6 +13,8 @@ from recordings.errors import InvalidCallId
 __all__ = [
     "BOT_WAV",
     "CALLER_WAV",
+    "FILE_MODE",
+    "FOLDER_MODE",
     "FORMAT_VERSION",
     "META",
     "SAMPLE_RATE",
@@ -21,6 +24,7 @@ __all__ = [
     "check_call_id",
     "format_time",
     "parse_time",
+    "private_opener",
     "record_dir",
 ]
 
@@ -51,7 +55,20 @@ class EndedWith(StrEnum):
     NO_ANSWER = "no-answer"
     FAILED = "failed"
     CANCELED = "canceled"
+    TIMEOUT = "timeout"  # no media for MEDIA_TIMEOUT_S: the line is dead
+    MAX_LENGTH = "max_length"  # the call reached MAX_CALL_S
+    FLOOD = "flood"  # the peer sent media faster than real time allows
     CRASHED = "crashed"  # set by RecordStore.repair: the process died mid-call
+
+
+# Records hold callers' voices and words: readable by the service's user only.
+FILE_MODE = 0o600
+FOLDER_MODE = 0o700
+
+
+def private_opener(path: str, flags: int) -> int:
+    """`open(..., opener=private_opener)`: a new file is created 0600, never 0644."""
+    return os.open(path, flags, FILE_MODE)
 
 
 def check_call_id(call_sid: object) -> str:

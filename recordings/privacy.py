@@ -11,12 +11,16 @@ _TWO_DIGIT = frozenset(
     "20 27 30 31 32 33 34 36 39 40 41 43 44 45 46 47 48 49 51 52 53 54 55 56 57 58 "
     "60 61 62 63 64 65 66 81 82 84 86 90 91 92 93 94 95 98".split()
 )
-_KEPT_AFTER_CODE = 3
 _KEPT_AT_END = 4
+# Fewer hidden digits than this and the number is as good as shown: hide it all.
+_MIN_HIDDEN = 4
 
 
 def mask_number(number: str) -> str:
-    """'+15551234567' -> '+1555***4567': country code and three digits, then the last four.
+    """'+15551234567' -> '+1***4567': the country code and the last four digits only.
+
+    The area code stays hidden (with the last four it narrows a caller down to a few
+    people), and the stars do not say how many digits they hide.
 
     Anything that is not an E.164 number long enough to keep some digits hidden
     (a short code, 'anonymous', a SIP or client address) becomes '***'.
@@ -30,7 +34,6 @@ def mask_number(number: str) -> str:
         code = 2
     else:
         code = 3
-    head = code + _KEPT_AFTER_CODE
-    if len(digits) <= head + _KEPT_AT_END:
+    if len(digits) < code + _MIN_HIDDEN + _KEPT_AT_END:
         return "***"
-    return f"+{digits[:head]}***{digits[-_KEPT_AT_END:]}"
+    return f"+{digits[:code]}***{digits[-_KEPT_AT_END:]}"

@@ -26,6 +26,7 @@ import numpy as np
 
 from recordings.jsonio import dumps_line, to_jsonable
 from recordings.layout import (
+    FOLDER_MODE,
     FORMAT_VERSION,
     SAMPLE_RATE,
     EndedWith,
@@ -93,6 +94,7 @@ class CallRecorder:
         meta: Mapping[str, Any],
         queue_size: int = 8192,
         flush_interval_s: float = 1.0,
+        max_bytes: int | None = None,
     ) -> None:
         if queue_size < 1:
             raise ValueError(f"queue_size must be >= 1, got {queue_size}")
@@ -107,7 +109,12 @@ class CallRecorder:
         self._dropped = 0
         self._errors = 0
         self._closing = False
-        Path(root).mkdir(parents=True, exist_ok=True)
+        # What a record may grow to: past it, nothing more is written but its end,
+        # and meta.json says `truncated`. Counted where items are handed over.
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._truncated = False
+        Path(root).mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
         self._writer = RecordWriter(self.path, self._meta)
         self._thread = threading.Thread(target=self._run, name=f"recorder-{call_sid}", daemon=True)
         self._thread.start()
@@ -149,12 +156,14 @@ class CallRecorder:
         if not self._accepting():
             return
         line = dumps_line({"t_ms": round(float(t_ms), 3), "event": name, **data})
-        self._offer(_Line(line))
+        if self._fits(len(line)):
+            self._offer(_Line(line))
 
     def caller_audio(self, pcm16: np.ndarray) -> None:
         """Append caller audio: sample i of caller.wav is call-clock sample i."""
         pcm = check_pcm16(pcm16).copy()
-        if self._accepting():
+        # Twice: bot.wav is padded to caller.wav's length at close.
+        if self._accepting() and self._fits(2 * pcm.nbytes):
             self._offer(_CallerAudio(pcm))
 
     def bot_audio(self, start_sample: int, pcm16: np.ndarray) -> None:
@@ -167,7 +176,7 @@ class CallRecorder:
         if start < 0:
             raise ValueError(f"start_sample must be >= 0, got {start}")
         pcm = check_pcm16(pcm16).copy()
-        if self._accepting():
+        if self._accepting() and self._fits(pcm.nbytes):
             self._offer(_BotAudio(start, pcm))
 
     # --- blocking, for threads and tests ----------------------------------------------
@@ -242,6 +251,24 @@ class CallRecorder:
 
     # --- the writer thread --------------------------------------------------------------
 
+    @property
+    def truncated(self) -> bool:
+        """True once the record reached `max_bytes` and stopped growing."""
+        with self._lock:
+            return self._truncated
+
+    def _fits(self, size: int) -> bool:
+        with self._lock:
+            if self._truncated:
+                return False
+            if self._max_bytes is not None and self._bytes + size > self._max_bytes:
+                if not self._truncated:
+                    log.warning("recording of call %s: size cap reached", self.call_sid)
+                self._truncated = True
+                return False
+            self._bytes += size
+            return True
+
     def _accepting(self) -> bool:
         with self._lock:
             return not self._closing
@@ -301,6 +328,7 @@ class CallRecorder:
             ended_with=str(item.ended_with),
             sample_rate=SAMPLE_RATE,
             recorder={"dropped": self.dropped, "errors": self.errors},
+            truncated=self.truncated,
         )
         self._attempt(self._writer.write_meta, meta)
         if self.dropped or self.errors:

@@ -22,6 +22,7 @@ from typing import BinaryIO
 import numpy as np
 
 from recordings.errors import CorruptRecord
+from recordings.layout import private_opener
 
 __all__ = ["StreamingWav", "check_pcm16", "count_samples", "read_pcm16", "repair_wav"]
 
@@ -68,7 +69,9 @@ class StreamingWav:
         self.path = Path(path)
         self.sample_rate = sample_rate
         self._flush_every = flush_every
-        self._file: BinaryIO = open(self.path, "xb")  # owned until close()
+        self._file: BinaryIO = open(  # owned until close()
+            self.path, "xb", opener=private_opener
+        )
         self._samples = 0
         self._unflushed = 0
         try:

@@ -14,7 +14,16 @@ import numpy as np
 
 from recordings.errors import RecordExists
 from recordings.jsonio import write_json_atomic
-from recordings.layout import BOT_WAV, CALLER_WAV, META, SAMPLE_RATE, TIMELINE, TRANSCRIPT
+from recordings.layout import (
+    BOT_WAV,
+    CALLER_WAV,
+    FOLDER_MODE,
+    META,
+    SAMPLE_RATE,
+    TIMELINE,
+    TRANSCRIPT,
+    private_opener,
+)
 from recordings.wavfile import StreamingWav
 
 __all__ = ["RecordWriter"]
@@ -28,12 +37,12 @@ class RecordWriter:
         meta.json and open the timeline and both WAV files."""
         self.folder = Path(folder)
         try:
-            self.folder.mkdir()
+            self.folder.mkdir(mode=FOLDER_MODE)
         except FileExistsError:
             raise RecordExists(f"a record already exists at {self.folder}") from None
         write_json_atomic(self.folder / META, meta)
         self._timeline: TextIO = open(  # owned until close_files()
-            self.folder / TIMELINE, "x", encoding="utf-8"
+            self.folder / TIMELINE, "x", encoding="utf-8", opener=private_opener
         )
         try:
             self._caller = StreamingWav(self.folder / CALLER_WAV, SAMPLE_RATE)

@@ -8,7 +8,9 @@ URL our server sees is not that one, so callers rebuild it with `public_url` /
 
 import hashlib
 import hmac
-from collections.abc import Iterable, Iterator, Mapping
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
@@ -16,40 +18,65 @@ from twilio.request_validator import RequestValidator
 
 # Twilio's signatures are HMAC-SHA1 keyed with the auth token; ours are keyed with a
 # separate secret, and this label keeps a token for one purpose from matching another.
-_TOKEN_LABEL = b"offhook/call-token/v1:"
+_TOKEN_LABEL = b"offhook/call-token/v2:"
 _TOKEN_HEX_CHARS = 32
 _MIN_SECRET_BYTES = 16
+# Twilio opens the stream within a second or two of our TwiML; a minute is generous.
+TOKEN_MAX_AGE_S = 60.0
+_CLOCK_SKEW_S = 2.0
+_HEX_SECONDS = re.compile(r"[0-9a-f]{1,12}")
 
 
 class CallTokens:
     """A per-call token passed as a <Parameter> and checked at `start`.
 
     It ties a Media Stream to the webhook that created it: a stream whose token does
-    not match its CallSid did not come from our TwiML.
+    not match its CallSid did not come from our TwiML. The token carries the second it
+    was issued, inside the MAC, so a captured one is good only for `max_age_s`; the
+    server also lets each CallSid start one stream only (app.admission).
     """
 
-    def __init__(self, secret: bytes) -> None:
+    def __init__(
+        self,
+        secret: bytes,
+        *,
+        max_age_s: float = TOKEN_MAX_AGE_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if len(secret) < _MIN_SECRET_BYTES:
             raise ValueError(
                 f"expected a secret of at least {_MIN_SECRET_BYTES} bytes, got {len(secret)}"
             )
         self._secret = bytes(secret)
+        self.max_age_s = max_age_s
+        self._clock = clock
 
     def issue(self, call_sid: str) -> str:
+        """'<issued, hex seconds>.<mac>'."""
         if not call_sid:
             raise ValueError("expected a non-empty CallSid, got ''")
+        issued = f"{int(self._clock()):x}"
+        return f"{issued}.{self._mac(call_sid, issued)}"
+
+    def _mac(self, call_sid: str, issued: str) -> str:
         # surrogatepass: a CallSid parsed from JSON may hold lone surrogates.
-        message = _TOKEN_LABEL + call_sid.encode("utf-8", "surrogatepass")
+        message = _TOKEN_LABEL + issued.encode() + b":" + call_sid.encode("utf-8", "surrogatepass")
         mac = hmac.new(self._secret, message, hashlib.sha256)
         return mac.hexdigest()[:_TOKEN_HEX_CHARS]
 
     def verify(self, call_sid: str, token: str) -> bool:
-        """Constant-time check; False (never an error) for any malformed input."""
+        """Constant-time check of MAC and age; False (never an error) for any bad input."""
         if not call_sid:
             return False
-        expected = self.issue(call_sid).encode("ascii")
+        issued, dot, mac = token.partition(".")
+        if not dot or not _HEX_SECONDS.fullmatch(issued):
+            return False
+        expected = self._mac(call_sid, issued).encode("ascii")
         # Compare bytes: compare_digest raises TypeError on non-ASCII str.
-        return hmac.compare_digest(expected, token.encode("utf-8", "surrogatepass"))
+        if not hmac.compare_digest(expected, mac.encode("utf-8", "surrogatepass")):
+            return False
+        age = self._clock() - int(issued, 16)
+        return -_CLOCK_SKEW_S <= age <= self.max_age_s
 
 
 class FormLike(Protocol):

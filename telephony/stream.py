@@ -31,7 +31,7 @@ class TwilioStream:
         self, websocket: WebSocket, on_protocol_error: Callable[[ProtocolError], None]
     ) -> None:
         self._ws = websocket
-        self._report = on_protocol_error
+        self.on_protocol_error = on_protocol_error  # swapped once a call owns the stream
         self.stream_sid: str | None = None
         self.closed = False
 
@@ -53,7 +53,7 @@ class TwilioStream:
                 event = parse_event(raw)
                 self._check_stream(event)
             except ProtocolError as exc:
-                self._report(exc)
+                self.on_protocol_error(exc)
                 continue
             if isinstance(event, Start):
                 self.stream_sid = event.stream_sid

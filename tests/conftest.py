@@ -7,6 +7,7 @@ per session.
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,12 +17,15 @@ import pytest
 from starlette.applications import Starlette
 
 from agents.cascade.agent import CascadeModels
+from agents.conversation import Speaker, Turn
 from agents.loading import load_models
 from app.main import create_app
 from app.services import Services
 from app.settings import Settings
 from ops.local_server import ServerThread, free_port
 from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call
+from recordings.record import CallRecord
+from recordings.store import RecordStore
 
 AUTH_TOKEN = "test-auth-token-0123456789abcdef"
 GREETING = (
@@ -64,7 +68,8 @@ def models(servers: ServerThread) -> CascadeModels:
 def start_bot(servers: ServerThread, models: CascadeModels | None, **overrides: Any) -> Bot:
     port = free_port()
     overrides.setdefault("data_dir", tempfile.mkdtemp(prefix="offhook-test-data-"))
-    settings = test_settings(public_url=f"http://127.0.0.1:{port}", **overrides)
+    overrides.setdefault("public_url", f"http://127.0.0.1:{port}")
+    settings = test_settings(**overrides)
     app = create_app(settings, models=models)
     url = servers.serve(app, port)
     return Bot(url=url, app=app, settings=settings)
@@ -90,3 +95,33 @@ async def place_call(bot: Bot, *turns: CallerTurn, **options: Any) -> CallReport
     report = await simulate_call(config)
     assert report.protocol_violations == [], "the server broke the Media Streams protocol"
     return report
+
+
+async def finished_record(bot: Bot, call_sid: str) -> CallRecord:
+    """A finished call's record: what the server keeps of a call once it is over."""
+    store = RecordStore(bot.settings.calls_dir)
+    for _ in range(300):
+        if call_sid not in bot.services.calls and (bot.settings.calls_dir / call_sid).exists():
+            record = store.open(call_sid)
+            if record.meta.get("ended_at"):
+                return record
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"call {call_sid} left no finished record")
+
+
+async def recorded_turns(bot: Bot, call_sid: str) -> list[Turn]:
+    """The call's conversation as its transcript.json has it (turns with words)."""
+    record = await finished_record(bot, call_sid)
+    return [
+        Turn(
+            Speaker(turn["speaker"]),
+            str(turn["text"]),
+            turn_id=number,
+            truncated=bool(turn["truncated"]),
+            intended=str(turn.get("intended") or ""),
+            start_ms=turn.get("start_ms"),
+            end_ms=turn.get("end_ms"),
+            latency=turn.get("latency"),
+        )
+        for number, turn in enumerate(record.transcript()["turns"], start=1)
+    ]

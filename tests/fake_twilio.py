@@ -312,6 +312,7 @@ async def dial(
         voice_url=call.form["Url"][0],
         direction="outbound-api",
         call_sid=call.sid,
+        account_sid=ACCOUNT_SID,
         from_number=call.from_,
         to_number=call.to,
         on_turn_start=turn_started,

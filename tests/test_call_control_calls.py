@@ -27,7 +27,7 @@ from ops.calls import main as calls_main
 from ops.local_server import ServerThread
 from ops.simulate import CallerTurn, CallReport
 from telephony.twiml import dial_twiml
-from tests.conftest import AUTH_TOKEN, Bot, place_call, start_bot
+from tests.conftest import AUTH_TOKEN, Bot, place_call, recorded_turns, start_bot
 from tests.fake_twilio import FakeTwilio
 
 pytestmark = pytest.mark.timeout(240)
@@ -80,13 +80,14 @@ def timeline(bot: Bot, call_sid: str) -> list[Any]:
     return [event for _, event in parse_timeline(json.loads(line) for line in lines)]
 
 
-def bot_lines(bot: Bot, report: CallReport) -> list[str]:
-    turns = bot.services.calls[report.call_sid].conversation.turns
+async def bot_lines(bot: Bot, report: CallReport) -> list[str]:
+    """What the bot said on the call, as its record has it (the call is over)."""
+    turns = await recorded_turns(bot, report.call_sid)
     return [t.text for t in turns if t.speaker is Speaker.BOT]
 
 
-def heard_in_full(bot: Bot, report: CallReport, text: str) -> bool:
-    turns = bot.services.calls[report.call_sid].conversation.turns
+async def heard_in_full(bot: Bot, report: CallReport, text: str) -> bool:
+    turns = await recorded_turns(bot, report.call_sid)
     return any(t.speaker is Speaker.BOT and t.text == text and not t.truncated for t in turns)
 
 
@@ -99,8 +100,8 @@ async def test_a_callers_goodbye_ends_the_call_once_the_bot_goodbye_has_played(
     report = await place_call(bot, CallerTurn(text="Thank you, bye!"), hangup_after_ms=10000)
 
     assert report.server_closed, "the bot did not end the call"
-    assert bot_lines(bot, report)[-1] == DEFAULT_FAREWELL
-    assert heard_in_full(bot, report, DEFAULT_FAREWELL)
+    assert (await bot_lines(bot, report))[-1] == DEFAULT_FAREWELL
+    assert await heard_in_full(bot, report, DEFAULT_FAREWELL)
     goodbye_end = report.bot_utterances[-1][1]
     assert report.closed_ms is not None
     # Closed after the goodbye was heard (marks echoed), and promptly.
@@ -121,7 +122,7 @@ async def test_a_caller_who_talks_over_the_goodbye_keeps_the_call(bot: Bot) -> N
     assert not report.server_closed, "the bot hung up on a caller who had more to say"
     meta = await record_of(bot, report.call_sid)
     assert meta["ended_with"] == "completed"
-    turns = bot.services.calls[report.call_sid].conversation.turns
+    turns = await recorded_turns(bot, report.call_sid)
     goodbye = [t for t in turns if t.intended == DEFAULT_FAREWELL]
     assert goodbye and goodbye[0].truncated
 
@@ -134,7 +135,11 @@ async def test_with_rest_credentials_the_call_is_also_completed_over_rest(
     twilio.add_live_call(sid)
 
     report = await place_call(
-        bot, CallerTurn(text="Thank you, bye!"), hangup_after_ms=10000, call_sid=sid
+        bot,
+        CallerTurn(text="Thank you, bye!"),
+        hangup_after_ms=10000,
+        call_sid=sid,
+        account_sid=twilio.account_sid,
     )
 
     assert report.server_closed
@@ -151,14 +156,19 @@ async def test_with_rest_credentials_the_call_is_also_completed_over_rest(
 async def test_max_call_s_ends_the_call_with_a_goodbye(
     servers: ServerThread, models: CascadeModels
 ) -> None:
-    bot = start_bot(servers, models, twilio_auth_token=AUTH_TOKEN, max_call_s=9.0)
+    # The goodbye starts GOODBYE_LEAD_S (10 s) before MAX_CALL_S: at 7 s here, well
+    # after the greeting.
+    bot = start_bot(servers, models, twilio_auth_token=AUTH_TOKEN, max_call_s=17.0)
 
     # The caller says nothing and would stay on for 40 s.
     report = await place_call(bot, hangup_after_ms=40000, max_call_s=40)
 
     assert report.server_closed and report.closed_ms is not None
-    assert 9000 <= report.closed_ms < 9000 + 6000, report.closed_ms
-    assert bot_lines(bot, report)[-1] == DEFAULT_FAREWELL
+    goodbye_start, goodbye_end = report.bot_utterances[-1]
+    assert 7000 <= goodbye_start < 7000 + 1500, report.bot_utterances
+    # Ended once the goodbye was heard, before MAX_CALL_S's hard close.
+    assert goodbye_end <= report.closed_ms < 17000, (goodbye_end, report.closed_ms)
+    assert (await bot_lines(bot, report))[-1] == DEFAULT_FAREWELL
     meta = await record_of(bot, report.call_sid)
     assert (meta["ended_with"], meta["end_reason"]) == ("bot_hangup", "max_duration")
 
@@ -173,7 +183,7 @@ async def test_a_long_silence_after_a_reprompt_ends_the_call(
     report = await place_call(bot, hangup_after_ms=40000, max_call_s=40)
 
     assert report.server_closed
-    assert bot_lines(bot, report) == [DEFAULT_REPROMPT, DEFAULT_FAREWELL]
+    assert await bot_lines(bot, report) == [DEFAULT_REPROMPT, DEFAULT_FAREWELL]
     first, second = report.bot_utterances[0][0], report.bot_utterances[-1][0]
     assert 3000 <= first < 4500, first  # 3 s of silence, then the re-prompt
     reprompt_end = report.bot_utterances[0][1]
@@ -196,10 +206,14 @@ async def test_a_caller_who_asks_for_a_person_is_transferred_with_a_dial(
     twilio.add_live_call(sid)
 
     report = await place_call(
-        bot, CallerTurn(text=ASKS_FOR_A_PERSON), hangup_after_ms=10000, call_sid=sid
+        bot,
+        CallerTurn(text=ASKS_FOR_A_PERSON),
+        hangup_after_ms=10000,
+        call_sid=sid,
+        account_sid=twilio.account_sid,
     )
 
-    assert heard_in_full(bot, report, ANNOUNCEMENT)
+    assert await heard_in_full(bot, report, ANNOUNCEMENT)
     [update] = twilio.updates(sid)
     assert update.authorized
     assert update.form == {"Twiml": [dial_twiml(TRANSFER_TO)]}
@@ -224,7 +238,13 @@ async def test_the_transfer_key_transfers_to_a_sip_uri(
     sid = new_sid()
     twilio.add_live_call(sid)
 
-    await place_call(bot, CallerTurn(dtmf="0"), hangup_after_ms=10000, call_sid=sid)
+    await place_call(
+        bot,
+        CallerTurn(dtmf="0"),
+        hangup_after_ms=10000,
+        call_sid=sid,
+        account_sid=twilio.account_sid,
+    )
 
     [update] = twilio.updates(sid)
     assert update.form == {"Twiml": [f"<Response><Dial><Sip>{target}</Sip></Dial></Response>"]}
@@ -240,7 +260,7 @@ async def test_without_rest_credentials_a_transfer_is_refused_out_loud(
     with caplog.at_level(logging.WARNING, logger="app.control"):
         report = await place_call(bot, CallerTurn(text=ASKS_FOR_A_PERSON), hangup_after_ms=4000)
 
-    assert heard_in_full(bot, report, CANNOT)
+    assert await heard_in_full(bot, report, CANNOT)
     assert not report.server_closed, "the call goes on"
     assert "transfer refused: Twilio REST credentials" in caplog.text
     meta = await record_of(bot, report.call_sid)
@@ -252,10 +272,15 @@ async def test_a_transfer_twilio_refuses_is_said_and_the_call_goes_on(
 ) -> None:
     bot = rest_bot(servers, models, twilio, transfer_to=TRANSFER_TO)
     # Twilio does not know this call: the update is a 404 (code 20404).
-    report = await place_call(bot, CallerTurn(text=ASKS_FOR_A_PERSON), hangup_after_ms=4000)
+    report = await place_call(
+        bot,
+        CallerTurn(text=ASKS_FOR_A_PERSON),
+        hangup_after_ms=4000,
+        account_sid=twilio.account_sid,
+    )
 
     assert len(twilio.updates(report.call_sid)) == 1
-    assert bot_lines(bot, report)[-2:] == [ANNOUNCEMENT, CANNOT]
+    assert (await bot_lines(bot, report))[-2:] == [ANNOUNCEMENT, CANNOT]
     assert not report.server_closed
     await record_of(bot, report.call_sid)
     transfers = [e for e in timeline(bot, report.call_sid) if isinstance(e, TransferEvent)]

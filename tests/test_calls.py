@@ -18,12 +18,13 @@ from agents.cascade.llm import OpenAIChat
 from agents.conversation import Speaker
 from media.resample import resample
 from ops.line import LineConditions
-from ops.simulate import CallerTurn, CallReport
+from ops.simulate import CallerTurn
 from tests.conftest import (
     AUTH_TOKEN,
     Bot,
     ServerThread,
     place_call,
+    recorded_turns,
     start_bot,
 )
 
@@ -40,10 +41,6 @@ def words(text: str) -> set[str]:
 
 
 call = place_call
-
-
-def session(bot: Bot, report: CallReport):
-    return bot.services.calls[report.call_sid]
 
 
 async def test_the_greeting_plays_when_the_call_starts(bot: Bot, models: CascadeModels) -> None:
@@ -88,7 +85,7 @@ async def test_a_spoken_question_gets_a_spoken_answer_on_topic(
         "winter",
     }
     assert words(reply) & topic, f"off-topic or empty reply: {reply!r}"
-    history = session(bot, report).conversation.turns
+    history = await recorded_turns(bot, report.call_sid)
     caller_turns = [t for t in history if t.speaker is Speaker.CALLER]
     assert caller_turns and words(caller_turns[0].text) & {"weather", "london", "whether"}
 
@@ -100,7 +97,7 @@ async def test_the_bots_own_echo_does_not_interrupt_it(bot: Bot) -> None:
     report = await call(bot, line=LineConditions(echo_db=20.0), hangup_after_ms=8000)
 
     assert report.clears == []
-    assert not session(bot, report).conversation.turns[0].truncated
+    assert not (await recorded_turns(bot, report.call_sid))[0].truncated
 
 
 async def test_keypad_digits_reach_the_conversation(bot: Bot) -> None:
@@ -108,7 +105,7 @@ async def test_keypad_digits_reach_the_conversation(bot: Bot) -> None:
         bot, CallerTurn(dtmf="1", after="bot_done", delay_ms=300), hangup_after_ms=6000
     )
 
-    history = session(bot, report).conversation.turns
+    history = await recorded_turns(bot, report.call_sid)
     assert any("pressed 1" in t.text for t in history if t.speaker is Speaker.CALLER)
     bot_turns = [t for t in history if t.speaker is Speaker.BOT]
     assert len(bot_turns) >= 2 and bot_turns[1].text, "the bot did not answer the digit"

@@ -12,15 +12,15 @@ import pytest
 from agents.conversation import Speaker
 from ops.line import LineConditions
 from ops.simulate import CallerTurn, CallReport
-from tests.conftest import INTERRUPTION, Bot, place_call
+from tests.conftest import INTERRUPTION, Bot, place_call, recorded_turns
 
 pytestmark = pytest.mark.timeout(240)
 
 SPEAKERPHONE = LineConditions(echo_db=-10, echo_delay_ms=150)
 
 
-def caller_turns(bot: Bot, report: CallReport) -> list[str]:
-    history = bot.services.calls[report.call_sid].conversation.turns
+async def caller_turns(bot: Bot, report: CallReport) -> list[str]:
+    history = await recorded_turns(bot, report.call_sid)
     return [t.text for t in history if t.speaker is Speaker.CALLER]
 
 
@@ -30,9 +30,9 @@ async def test_on_a_speakerphone_the_bot_neither_answers_nor_stops_for_its_own_e
     report = await place_call(bot, line=SPEAKERPHONE, hangup_after_ms=6000)
 
     assert report.clears == [], "the bot's echo cleared the bot"
-    assert caller_turns(bot, report) == [], "the bot heard its own echo as the caller"
+    assert await caller_turns(bot, report) == [], "the bot heard its own echo as the caller"
     assert len(report.bot_utterances) == 1, "the bot answered its own echo"
-    greeting = bot.services.calls[report.call_sid].conversation.turns[0]
+    greeting = (await recorded_turns(bot, report.call_sid))[0]
     assert not greeting.truncated
 
 
@@ -44,7 +44,7 @@ async def test_on_a_speakerphone_a_real_interruption_still_stops_the_bot(bot: Bo
     # run, up to 3.7 s in a loaded suite run this early in the call, while the canceller
     # is still finding the echo path; the turn-taking work owns that figure.)
     assert report.clears[0] < report.turns[0].speech_end_ms
-    assert bot.services.calls[report.call_sid].conversation.turns[0].truncated
+    assert (await recorded_turns(bot, report.call_sid))[0].truncated
 
 
 async def test_under_background_voices_every_question_gets_an_answer(bot: Bot) -> None:
@@ -57,7 +57,7 @@ async def test_under_background_voices_every_question_gets_an_answer(bot: Bot) -
     )
 
     assert [t.latency_ms is not None for t in report.turns] == [True, True], report.turns
-    turns = bot.services.calls[report.call_sid].conversation.turns
+    turns = await recorded_turns(bot, report.call_sid)
     assert not any(t.truncated for t in turns if t.speaker is Speaker.BOT), (
         "the babble cut the bot short"
     )
@@ -67,4 +67,5 @@ async def test_under_background_voices_every_question_gets_an_answer(bot: Bot) -
     assert len(report.clears) <= 1, "the babble kept stopping the bot"
     # Two caller turns, the two questions: none made of the babble between them. (What
     # tiny.en makes of espeak under babble is another matter: `offhook bench stt`.)
-    assert len(caller_turns(bot, report)) == 2, caller_turns(bot, report)
+    heard = await caller_turns(bot, report)
+    assert len(heard) == 2, heard

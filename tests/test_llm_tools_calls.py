@@ -71,7 +71,7 @@ async def test_the_llm_ends_the_call_with_a_tool_and_the_call_is_never_spoken(
     report = await place_call(bot, DONE, hangup_after_ms=10000)
 
     assert llm.offered_tools() == [TOOLS]
-    assert bot_lines(bot, report) == [GREETING, DEFAULT_FAREWELL]
+    assert await bot_lines(bot, report) == [GREETING, DEFAULT_FAREWELL]
     assert len(report.bot_utterances) == 2, "the caller heard the greeting and the goodbye only"
     assert report.server_closed
     meta = await record_of(bot, report.call_sid)
@@ -88,7 +88,7 @@ async def test_a_tool_call_written_out_as_text_is_not_spoken(
 
     report = await place_call(bot, DONE, hangup_after_ms=10000)
 
-    assert bot_lines(bot, report) == [GREETING, DEFAULT_FAREWELL]
+    assert await bot_lines(bot, report) == [GREETING, DEFAULT_FAREWELL]
     assert len(report.bot_utterances) == 2
     assert report.server_closed
 
@@ -111,12 +111,16 @@ async def test_the_llm_transfers_the_call_with_a_tool(
 
     # The caller's words alone would not transfer: with tools, the LLM decides.
     report = await place_call(
-        bot, CallerTurn(text="My card was charged twice."), hangup_after_ms=10000, call_sid=sid
+        bot,
+        CallerTurn(text="My card was charged twice."),
+        hangup_after_ms=10000,
+        call_sid=sid,
+        account_sid=twilio.account_sid,
     )
 
     [update] = twilio.updates(sid)
     assert update.form == {"Twiml": [dial_twiml(target)]}
-    assert "transfer_call" not in " ".join(bot_lines(bot, report))
+    assert "transfer_call" not in " ".join(await bot_lines(bot, report))
     meta = await record_of(bot, sid)
     assert (meta["ended_with"], meta["end_reason"]) == ("transferred", "llm")
 
@@ -131,5 +135,5 @@ async def test_with_auto_an_endpoint_that_refuses_tools_is_asked_again_without(
     report = await place_call(bot, CallerTurn(text="When do you open?"), hangup_after_ms=3000)
 
     assert llm.offered_tools() == [TOOLS, []]
-    assert bot_lines(bot, report)[-1] == "We open at nine in the morning."
+    assert (await bot_lines(bot, report))[-1] == "We open at nine in the morning."
     assert not report.server_closed

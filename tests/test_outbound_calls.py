@@ -112,7 +112,7 @@ async def test_offhook_call_places_a_call_that_greets_the_person_who_answers(
 
     report = dialed.report
     assert report.protocol_violations == []
-    assert bot_lines(bot, report)[0] == GREETING
+    assert (await bot_lines(bot, report))[0] == GREETING
     assert dialed.amd_at_ms is not None
     # Silent until the verdict: a machine's greeting must not be talked over.
     assert report.bot_utterances[0][0] >= dialed.amd_at_ms
@@ -180,7 +180,7 @@ async def test_a_machine_gets_the_voicemail_message_after_the_beep(
 
     report = dialed.report
     beep_end = report.turns[1].speech_end_ms
-    assert bot_lines(bot, report) == [VOICEMAIL]
+    assert await bot_lines(bot, report) == [VOICEMAIL]
     assert report.bot_utterances[0][0] >= beep_end, "the message started before the beep"
     assert report.server_closed, "the bot did not hang up after its message"
     assert report.closed_ms is not None and report.closed_ms >= report.bot_utterances[-1][1]

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import json
 import logging
+import secrets
 from xml.etree import ElementTree
 
 import httpx
@@ -27,6 +28,11 @@ pytestmark = pytest.mark.timeout(120)
 
 CALL_SID = "CA" + "1" * 32
 ACCOUNT_SID = "AC" + "2" * 32
+
+
+def new_call_sid() -> str:
+    """A CallSid of its own: each starts one stream only."""
+    return "CA" + secrets.token_hex(16)
 
 
 def webhook_params(call_sid: str = CALL_SID) -> dict[str, str]:
@@ -87,7 +93,7 @@ async def test_a_signed_webhook_gets_twiml_that_connects_a_stream_with_a_call_to
     assert stream.get("url") == stream_ws_url(bot)
     assert stream.get("statusCallback") == f"{bot.url}/twilio/status"
     parameters = {p.get("name"): p.get("value") for p in stream.findall("Parameter")}
-    assert parameters["token"] == token_for(bot)
+    assert bot.services.tokens.verify(CALL_SID, parameters["token"] or "")
 
 
 @pytest.mark.parametrize("signature", [None, "", "bm90LWEtc2lnbmF0dXJl"])
@@ -148,10 +154,11 @@ async def test_without_an_auth_token_the_server_serves_and_warns_once(
 
 
 async def started_stream(bot: Bot) -> tuple[websockets.ClientConnection, TwilioEventWriter]:
-    twilio = TwilioEventWriter("MZ" + "4" * 32, CALL_SID, ACCOUNT_SID)
+    call_sid = new_call_sid()
+    twilio = TwilioEventWriter("MZ" + "4" * 32, call_sid, ACCOUNT_SID)
     ws = await open_stream(bot)
     await ws.send(twilio.connected())
-    await ws.send(twilio.start({"token": token_for(bot)}))
+    await ws.send(twilio.start({"token": token_for(bot, call_sid)}))
     return ws, twilio
 
 
@@ -216,11 +223,12 @@ async def test_binary_frames_are_counted_and_ignored(bot: Bot) -> None:
 
 
 async def test_media_before_start_is_ignored_and_the_call_still_starts(bot: Bot) -> None:
-    twilio = TwilioEventWriter("MZ" + "4" * 32, CALL_SID, ACCOUNT_SID)
+    call_sid = new_call_sid()
+    twilio = TwilioEventWriter("MZ" + "4" * 32, call_sid, ACCOUNT_SID)
     async with await open_stream(bot) as ws:
         await ws.send(twilio.connected())
         await ws.send(media_json("MZ" + "4" * 32, base64.b64encode(b"\xff" * 160).decode()))
-        await ws.send(twilio.start({"token": token_for(bot)}))
+        await ws.send(twilio.start({"token": token_for(bot, call_sid)}))
         message = json.loads(await asyncio.wait_for(ws.recv(), 10))
         assert message["event"] == "media"
         await ws.send(twilio.stop())

@@ -14,17 +14,13 @@ from agents.cascade.agent import DEFAULT_FAREWELL, DEFAULT_REPROMPT
 from agents.conversation import Speaker
 from ops.caller_voice import CallerVoice, speak
 from ops.simulate import CallerTurn, CallReport
-from tests.conftest import GREETING, INTERRUPTION, Bot, place_call
+from tests.conftest import GREETING, INTERRUPTION, Bot, place_call, recorded_turns
 
 pytestmark = pytest.mark.timeout(240)
 
 
-def session(bot: Bot, report: CallReport):  # type: ignore[no-untyped-def]
-    return bot.services.calls[report.call_sid]
-
-
-def bot_lines(bot: Bot, report: CallReport) -> list[str]:
-    turns = session(bot, report).conversation.turns
+async def bot_lines(bot: Bot, report: CallReport) -> list[str]:
+    turns = await recorded_turns(bot, report.call_sid)
     return [t.text for t in turns if t.speaker is Speaker.BOT]
 
 
@@ -37,7 +33,7 @@ async def test_an_interruption_stops_the_bot_within_a_fraction_of_a_second(bot: 
     # 250 ms at p50 (`offhook bench turns`); a loaded test machine gets some slack.
     heard_until = max(end for start, end in report.bot_utterances if start < onset)
     assert heard_until - onset < 600, f"the bot played on {heard_until - onset:.0f} ms"
-    greeting = session(bot, report).conversation.turns[0]
+    greeting = (await recorded_turns(bot, report.call_sid))[0]
     assert greeting.truncated and GREETING.startswith(greeting.text.rstrip(".,!? "))
 
 
@@ -48,12 +44,13 @@ async def test_a_backchannel_costs_the_caller_nothing_of_the_reply(bot: Bot) -> 
         hangup_after_ms=3000,
     )
 
-    greeting = session(bot, report).conversation.turns[0]
+    greeting = (await recorded_turns(bot, report.call_sid))[0]
     assert greeting.text == GREETING and not greeting.truncated
-    assert len(bot_lines(bot, report)) == 1, "a backchannel is not a turn to answer"
+    assert len(await bot_lines(bot, report)) == 1, "a backchannel is not a turn to answer"
     # The bot may pause while the caller hums, then goes on: everything is heard.
     heard_ms = sum(end - start for start, end in report.bot_utterances)
-    models = session(bot, report).models
+    models = bot.services.models
+    assert models is not None
     greeting_ms = len(models.canned[GREETING]) * 1000 / models.tts.sample_rate
     assert heard_ms >= greeting_ms - 300, (heard_ms, greeting_ms)
 
@@ -69,7 +66,9 @@ async def test_a_pause_in_the_middle_of_a_sentence_is_not_answered(bot: Bot) -> 
     spoken_over = [s for s, _ in report.bot_utterances if pause_start <= s < turn.speech_end_ms]
     assert spoken_over == [], "the bot answered into the caller's pause"
     assert turn.latency_ms is not None, "the finished sentence got no answer"
-    callers = [t for t in session(bot, report).conversation.turns if t.speaker is Speaker.CALLER]
+    callers = [
+        t for t in (await recorded_turns(bot, report.call_sid)) if t.speaker is Speaker.CALLER
+    ]
     assert len(callers) == 1, [t.text for t in callers]
 
 
@@ -83,14 +82,14 @@ async def test_speech_that_cannot_be_made_out_is_asked_for_again(bot: Bot) -> No
     report = await place_call(bot, CallerTurn(audio=spanish), hangup_after_ms=5000)
 
     assert report.turns[0].latency_ms is not None, "the caller was left in silence"
-    assert bot_lines(bot, report)[-1] == DEFAULT_REPROMPT
+    assert (await bot_lines(bot, report))[-1] == DEFAULT_REPROMPT
 
 
 async def test_a_goodbye_is_heard_and_answered_with_a_goodbye(bot: Bot) -> None:
     report = await place_call(bot, CallerTurn(text="Thank you, bye!"), hangup_after_ms=5000)
 
     assert report.turns[0].latency_ms is not None, "the goodbye got no answer"
-    turns = session(bot, report).conversation.turns
+    turns = await recorded_turns(bot, report.call_sid)
     callers = [t.text for t in turns if t.speaker is Speaker.CALLER]
     assert callers and "bye" in callers[0].lower()
-    assert bot_lines(bot, report)[-1] == DEFAULT_FAREWELL
+    assert (await bot_lines(bot, report))[-1] == DEFAULT_FAREWELL

@@ -173,9 +173,11 @@ class _Transcribed:
     text: str
 
 
-# A turn transcribed this far in one piece is kept, and the next evaluation starts here
-# (Whisper's window is 10 s at least: shorter pieces would cost as much each).
-_PIECE_SAMPLES = 8 * RATE
+# A turn transcribed this far in one piece is kept, and the next evaluation starts at
+# its pause. Short: greedy Whisper (no timestamps) tends to stop at a long pause inside
+# its window (tiny.en heard 4 s of a 10 s reading piece with a 4 s pause in it), so a
+# reading is best heard sentence by sentence.
+_PIECE_SAMPLES = 4 * RATE
 
 
 class CascadeAgent:
@@ -219,11 +221,6 @@ class CascadeAgent:
         self._response_turn: Turn | None = None
         self._response_audible = False
         self._committed_turn: Turn | None = None
-        # The pause that ends the caller's turn is still running: the reply is made
-        # meanwhile and its audio waits for this (set once the pause is long enough).
-        self._pause_over = asyncio.Event()
-        self._pause_over.set()
-        self._play_at = 0
         self._digits = ""
         self._digit_task: asyncio.Task[None] | None = None
         self.timings: list[TurnTiming] = []
@@ -299,8 +296,6 @@ class CascadeAgent:
             bot_level_db=self.playback.reference_level_db() if over_bot else -120.0,
         )
         await self._apply(engine.frame(frame))
-        if engine.position >= self._play_at:
-            self._pause_over.set()
         self._audio.keep_from(self._keep_from())
         self._check_silence()
 
@@ -471,16 +466,12 @@ class CascadeAgent:
         if answer.farewell and self.farewell:
             # A fixed line, at once: a goodbye needs no model, and it must not ramble.
             self._start_response(
-                timing,
-                canned=self.farewell,
-                kind="farewell",
-                play_at=answer.play_at,
-                then=_EndCall("farewell"),
+                timing, canned=self.farewell, kind="farewell", then=_EndCall("farewell")
             )
         elif self.policy.words and self.policy.transfer_to and wants_a_person(answer.text):
-            self._start_transfer("words", timing, play_at=answer.play_at)
+            self._start_transfer("words", timing)
         else:
-            self._start_response(timing, kind="answer", play_at=answer.play_at)
+            self._start_response(timing, kind="answer")
 
     # --- ending and handing over the call ---------------------------------------------
 
@@ -491,22 +482,17 @@ class CascadeAgent:
             None, canned=self.farewell or DEFAULT_FAREWELL, kind="farewell", then=_EndCall(reason)
         )
 
-    def _start_transfer(
-        self, reason: TransferReason, timing: TurnTiming | None, *, play_at: int = 0
-    ) -> None:
+    def _start_transfer(self, reason: TransferReason, timing: TurnTiming | None) -> None:
         """Announce the transfer and make it once heard; or say it cannot be made."""
         refusal = "no call controls" if self.controls is None else self.controls.transfer_refusal()
         self._emit(TransferRequested(reason=reason, refused=refusal or ""))
         if refusal is not None:
-            self._start_response(
-                timing, canned=self.policy.transfer_refusal, kind="transfer", play_at=play_at
-            )
+            self._start_response(timing, canned=self.policy.transfer_refusal, kind="transfer")
             return
         self._start_response(
             timing,
             canned=self.policy.transfer_announcement,
             kind="transfer",
-            play_at=play_at,
             then=_Transfer(reason),
         )
 
@@ -595,19 +581,12 @@ class CascadeAgent:
         canned: str = "",
         note: str = "",
         kind: str = "answer",
-        play_at: int = 0,
         then: _Then = None,
     ) -> None:
-        """`play_at`: the reply's audio waits until the caller's audio reaches it;
-        `then`: what to do once it has been heard (end or transfer the call)."""
+        """`then`: what to do once the reply has been heard (end or transfer the call)."""
         if self._response is not None and not self._response.done():
             # One bot turn at a time: a newer turn supersedes the one still speaking.
             self._response.cancel()
-        self._play_at = play_at
-        if play_at > self.engine.position:
-            self._pause_over.clear()
-        else:
-            self._pause_over.set()
         turn = self.conversation.start_bot()
         self._response_turn = turn
         self._response_audible = False
@@ -720,8 +699,6 @@ class CascadeAgent:
         self, turn: Turn, pcm: np.ndarray, text: str, timing: TurnTiming | None = None
     ) -> int:
         rate = self.models.tts.sample_rate
-        if not self._response_audible:
-            await self._pause_over.wait()
         starts_at = await self.playback.play(pcm, rate, text, turn.turn_id)
         if timing is not None and timing.mouth_to_mouth_ms is None:
             # Speech end (16 kHz clock) to the reply's expected start at the ear (8 kHz

@@ -25,6 +25,7 @@ import httpx
 import openai
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
+from agents.environment import SERVER_SECRETS, child_environment
 from agents.errors import BackendUnavailable, LanguageModelError
 
 log = logging.getLogger(__name__)
@@ -263,7 +264,9 @@ def _child_environment() -> dict[str, str]:
         }
     except ImportError:  # the server extra is missing; start() will say so
         theirs = {"HOST", "PORT", "MODEL"}
-    env = {key: value for key, value in os.environ.items() if key.upper() not in theirs}
+    # No Twilio secrets, and no hosted-LLM key: this server is the LLM.
+    ours = child_environment(drop={*SERVER_SECRETS, "LLM_API_KEY"})
+    env = {key: value for key, value in ours.items() if key.upper() not in theirs}
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

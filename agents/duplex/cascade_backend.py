@@ -192,7 +192,6 @@ class CascadeDuplexBackend:
     _playing_samples: int
     _keys: str
     _keys_quiet: int
-    _answer: Answer | None
 
     def __init__(
         self,
@@ -312,10 +311,6 @@ class CascadeDuplexBackend:
                 bot_audible=self._playing_samples > 0,
             )
             await self._apply(self.engine.frame(frame), outcome, timings)
-            answer = self._answer
-            if answer is not None and self.engine.position >= answer.play_at:
-                self._answer = None
-                await self._answer_turn(answer, outcome, timings)
             talking = self.engine.position - max(
                 self._speech_run_start, self.engine.utterance_start
             )
@@ -377,7 +372,6 @@ class CascadeDuplexBackend:
         self._playing_samples = 0  # bot audio handed out and not yet played (caller clock)
         self._keys = ""  # keypad digits not yet answered
         self._keys_quiet = 0  # caller samples since the last key press
-        self._answer = None  # the caller's turn, answered once its pause is long enough
 
     def _advance(self, samples: int) -> None:
         self._position += samples
@@ -403,17 +397,18 @@ class CascadeDuplexBackend:
                             _merge(outcome, await self._reply_to("", timings, canned=True))
                     else:
                         await self._apply(self.engine.evaluated(result), outcome, timings)
-                case Answer() if decision.play_at > self.engine.position:
-                    # Its pause is still running: answered when it is long enough,
-                    # dropped by the Reopen if the caller goes on first.
-                    self._answer = decision
-                    self.engine.reply_started()
                 case Answer():
-                    await self._answer_turn(decision, outcome, timings)
+                    self._speech_run_start = self.engine.position
+                    if decision.farewell and self.config.farewell:
+                        self._turns.append({"role": "user", "content": decision.text})
+                        farewell = await self._say(self.config.farewell, timings)
+                        farewell.caller_text = decision.text
+                        _merge(outcome, farewell)
+                    else:
+                        _merge(outcome, await self._reply_to(decision.text, timings))
                 case Reprompt():
                     _merge(outcome, await self._say(self.config.reprompt, timings))
                 case Reopen():
-                    self._answer = None
                     if self._reply is not None:
                         self._reply.cancel()
                         self._reply = None
@@ -425,18 +420,6 @@ class CascadeDuplexBackend:
                     outcome.yielded = True
                 case DropEvaluation() | Hold() | Resume():
                     pass  # evaluations run inline; the gateway plays on while deciding
-
-    async def _answer_turn(
-        self, answer: Answer, outcome: UnitOutcome, timings: dict[str, float]
-    ) -> None:
-        self._speech_run_start = self.engine.position
-        if answer.farewell and self.config.farewell:
-            self._turns.append({"role": "user", "content": answer.text})
-            farewell = await self._say(self.config.farewell, timings)
-            farewell.caller_text = answer.text
-            _merge(outcome, farewell)
-        else:
-            _merge(outcome, await self._reply_to(answer.text, timings))
 
     async def _evaluate(self, ticket: Evaluate, timings: dict[str, float]) -> Evaluation | None:
         """End-of-turn model and Whisper side by side on the utterance (None: failed)."""
@@ -508,7 +491,6 @@ class CascadeDuplexBackend:
         """Key presses are the caller's turn: the bot stops talking and answers them."""
         text = keypad_text(self._keys)
         self._keys, self._keys_quiet = "", 0
-        self._answer = None  # the keys are the caller's turn now
         if interrupting:
             self._yield_turn()
         self.engine.caller_reset()

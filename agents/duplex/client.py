@@ -82,16 +82,25 @@ class WorkerSession:
         self.prepared: Prepared | None = None
 
     async def connect(
-        self, url: str, prepare: Prepare, *, connect_timeout_s: float = 2.0
+        self, url: str, prepare: Prepare, *, connect_timeout_s: float = 2.0, token: str = ""
     ) -> Prepared:
-        """Open `url`/session, send `prepare` and wait for Prepared."""
+        """Open `url`/session, send `prepare` and wait for Prepared.
+
+        `token`: the workers' shared secret (WORKER_TOKEN), sent in the handshake; over
+        anything but loopback use wss:// so it does not cross the network in clear.
+        """
         if self.state is not SessionState.NEW:
             raise RuntimeError(f"connect() on a session that is {self.state.value}")
         self.url = url.rstrip("/") + "/session"
+        headers = {"Authorization": f"Bearer {token}"} if token else None
         try:
             async with asyncio.timeout(connect_timeout_s):
                 self._ws = await connect(
-                    self.url, max_size=_MAX_FRAME_BYTES, close_timeout=1.0, open_timeout=None
+                    self.url,
+                    max_size=_MAX_FRAME_BYTES,
+                    close_timeout=1.0,
+                    open_timeout=None,
+                    additional_headers=headers,
                 )
                 await self._ws.send(encode(prepare))
                 reply = decode(await self._ws.recv())

@@ -29,9 +29,13 @@ from agents.duplex.client import WorkerDied, WorkerError, WorkerSession, WorkerS
 from agents.duplex.handover import UnansweredInput
 from agents.duplex.protocol import Prepare, Result, pcm16_array
 from agents.events import BargeIn, BotTurn, CallerTurn, EventSink, Fallback
+from agents.events import Hold as HoldEvent
+from agents.events import Resume as ResumeEvent
 from agents.inputs import Digits
-from agents.playback import Playback
+from agents.playback import PHONE_RATE, Playback
+from agents.turns.engine import Frame, Overlap, TurnTaking
 from media.frontend import FrontEndOutput
+from media.vad import SpeechStarted, SpeechStopped
 
 if TYPE_CHECKING:
     from agents.duplex.pool import Lease, PoolMetrics
@@ -90,6 +94,8 @@ class DuplexAgent:
         greeting: str = "",
         stall_grace_s: float = 1.0,
         on_event: EventSink | None = None,
+        worker_token: str = "",
+        turn_taking: TurnTaking | None = None,
     ) -> None:
         self.lease = lease
         self.playback = playback
@@ -103,11 +109,20 @@ class DuplexAgent:
         self._greeting_rate = greeting_rate
         self._stall_grace_s = stall_grace_s
         self._emit: EventSink = on_event or (lambda _event: None)
+        self._token = worker_token
         self._session = WorkerSession()
         self._bot_turn: Turn | None = None
         self._sent_at: dict[int, float] = {}
         self._unanswered = UnansweredInput()
         self.fell_back: str | None = None  # why the call left the worker, if it did
+        # Barge-in at the gateway: the worker only hears the caller a unit at a time, so
+        # the gateway holds the bot's audio itself at the caller's first loud words (the
+        # engine's rule) and lets the worker's results decide what follows.
+        self._turns = turn_taking or TurnTaking()
+        self._overlap: Overlap | None = None
+        self._speaking = False
+        self._position = 0  # 16 kHz front-end samples seen
+        self._speech_stopped_at: float | None = None  # perf_counter, while held
 
     async def run(self, inputs: CallInputs) -> None:
         try:
@@ -118,6 +133,7 @@ class DuplexAgent:
                     history=self.conversation.messages()[1:],
                     unit_ms=self._unit_ms,
                 ),
+                token=self._token,
             )
             if self._greeting and self._greeting_pcm is not None:
                 turn = self.conversation.start_bot()
@@ -136,7 +152,7 @@ class DuplexAgent:
 
     async def _fall_back(self, reason: str, inputs: CallInputs) -> None:
         self.fell_back = reason
-        self.lease.release(healthy=False)
+        self.lease.release(healthy=False, reason=reason)
         if self._metrics is not None:
             self._metrics.fallbacks.labels(reason=reason).inc()
         self._emit(Fallback(source="duplex", target="cascade", reason=reason))
@@ -172,6 +188,7 @@ class DuplexAgent:
                     raise KeypadUnsupported(f"{self.lease.url} takes no keypad input")
                 await self._session.send_keypad(item.digits)
                 continue
+            await self._watch_over_bot(item)
             pending.append(item.audio)
             probs.extend(item.probs)
             size += len(item.audio)
@@ -187,6 +204,72 @@ class DuplexAgent:
                 self._sent_at[seq] = time.perf_counter()
                 await self._session.send_unit(seq, unit, speech)
 
+    async def _watch_over_bot(self, out: FrontEndOutput) -> None:
+        """Hold the bot at the caller's first loud words over it; an interruption that
+        goes on as long as the cascade's barge-in clears it without waiting for the
+        worker (whose engine will have decided the same)."""
+        self._position = out.start_sample + len(out.audio)
+        for event in out.events:
+            if isinstance(event, SpeechStarted):
+                self._speaking = True
+                self._speech_stopped_at = None
+                if self._overlap is None and self.playback.audible():
+                    self._overlap = Overlap(start=event.sample)
+            elif isinstance(event, SpeechStopped):
+                self._speaking = False
+                if self._overlap is not None and not self.playback.holding:
+                    self._overlap = None  # never loud enough: the echo, or the room
+                elif self.playback.holding:
+                    self._speech_stopped_at = time.perf_counter()
+        overlap = self._overlap
+        if overlap is None:
+            return
+        if not self.playback.holding:
+            frame = Frame(
+                end=self._position,
+                samples=len(out.audio),
+                level_db=out.level_db,
+                noise_floor_db=out.noise_floor_db,
+                echo_settled=out.echo_settled,
+                bot_audible=self.playback.audible(),
+                bot_level_db=self.playback.reference_level_db(),
+            )
+            overlap.count(frame, self._speaking, self._turns)
+            if overlap.holds(self._position, out.echo_settled, self._turns):
+                overlap.held_at = self._position
+                await self.playback.hold()
+                turn_id = self._bot_turn.turn_id if self._bot_turn else 0
+                self._emit(HoldEvent(turn_id=turn_id))
+        elif self._speaking:
+            factor = 1 if out.echo_settled else 2
+            long_ms = self._turns.barge_in_min_speech_ms * factor
+            if self._position - overlap.start >= long_ms * RATE // 1000:
+                await self._cut("barge_in")
+
+    async def _cut(self, reason: str) -> None:
+        """The caller has the turn: what they had not heard of the bot is dropped."""
+        for heard in await self.playback.clear(reason):
+            self.conversation.heard(heard.turn_id, heard.text)
+            self._emit(BargeIn(turn_id=heard.turn_id, heard=heard.text, truncated=heard.truncated))
+        self._bot_turn = None
+        self._overlap = None
+
+    async def _settle_hold(self, result: Result) -> None:
+        """A held bot, and the worker's word on the caller's speech: its turn (it yields,
+        or answers), or not, once the worker has heard the speech end."""
+        if result.yielded or result.caller_text:
+            await self._cut("barge_in")
+            return
+        stopped = self._speech_stopped_at
+        # The worker hears the end of the speech within a unit, and decides within the
+        # backchannel's allowance after that.
+        verdict_s = self._unit_ms / 1000 + self._turns.statement_min_silence_ms / 1000
+        if stopped is not None and time.perf_counter() - stopped >= verdict_s:
+            held_ms = await self.playback.resume() * 1000 // PHONE_RATE
+            self._overlap = None
+            self._speech_stopped_at = None
+            self._emit(ResumeEvent(held_ms=held_ms, reason="backchannel"))
+
     async def _receive_results(self) -> None:
         # A worker that keeps up answers each unit within its length of sending it; a
         # unit and the grace late means it is stalled. With no unit out, the next one
@@ -200,11 +283,15 @@ class DuplexAgent:
                 timeout = max(0.05, oldest + allowance - time.perf_counter())
             result = await self._session.next_result(timeout_s=timeout)
             sent = self._sent_at.pop(result.seq, None)
-            if sent is not None and self._metrics is not None:
+            if sent is None:  # a result for a unit never sent, or answered twice
+                raise WorkerDied(f"{self.lease.url} answered unit {result.seq}, which is not out")
+            if self._metrics is not None:
                 self._metrics.unit_seconds.observe(time.perf_counter() - sent)
             await self._apply(result)
 
     async def _apply(self, result: Result) -> None:
+        if self.playback.holding:
+            await self._settle_hold(result)
         if result.caller_text:
             self._unanswered.answered()
             self.conversation.add_caller(result.caller_text)

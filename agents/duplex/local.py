@@ -23,6 +23,7 @@ import httpx
 
 from agents.cascade.llm import free_local_port
 from agents.config import EmbeddedLlmSettings
+from agents.environment import child_environment
 
 S = TypeVar("S", bound=EmbeddedLlmSettings)
 
@@ -48,8 +49,38 @@ def share_embedded_llm(settings: S) -> tuple[S, dict[str, str]]:
     return settings.replace(llm_embedded_port=port), env
 
 
+def spawn_worker(
+    index: int,
+    port: int,
+    *,
+    env: Mapping[str, str],
+    backend: str = "cascade",
+    log_dir: Path | None = None,
+    command: list[str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start one `offhook worker` (or `command`) that ends with this process."""
+    if command is None:
+        command = [sys.executable, "-m", "app.cli", "worker", "--backend", backend]
+        command += ["--port", str(port), "--worker-id", f"local-{index}"]
+    log = None
+    if log_dir is not None:
+        log = open(log_dir / f"worker-{index}.log", "ab")
+    try:
+        return subprocess.Popen(
+            command,
+            env=dict(env),
+            stdout=log,
+            stderr=subprocess.STDOUT if log is not None else None,
+            preexec_fn=_end_with_parent,
+        )
+    finally:
+        if log is not None:
+            log.close()  # the child has its own descriptor
+
+
 class LocalWorkers:
-    """`count` worker processes on consecutive ports from `first_port`."""
+    """`count` worker processes on consecutive ports from `first_port` (benches, tests;
+    `offhook serve` supervises its workers with `agents.duplex.supervisor`)."""
 
     def __init__(
         self,
@@ -62,25 +93,12 @@ class LocalWorkers:
     ) -> None:
         self.urls: list[str] = []
         self.processes: list[subprocess.Popen[bytes]] = []
-        child_env = {**os.environ, **(env or {})}
+        child_env = {**child_environment(), **(env or {})}  # no Twilio secrets
         for index in range(count):
             port = first_port + index
-            command = [sys.executable, "-m", "app.cli", "worker", "--backend", backend]
-            command += ["--port", str(port), "--worker-id", f"local-{index}"]
-            log = None
-            if log_dir is not None:
-                log = open(log_dir / f"worker-{index}.log", "wb")
             self.processes.append(
-                subprocess.Popen(
-                    command,
-                    env=child_env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT if log is not None else None,
-                    preexec_fn=_end_with_parent,
-                )
+                spawn_worker(index, port, env=child_env, backend=backend, log_dir=log_dir)
             )
-            if log is not None:
-                log.close()  # the child has its own descriptor
             self.urls.append(f"ws://127.0.0.1:{port}")
 
     def wait_idle(self, timeout_s: float = 180.0) -> None:

@@ -12,10 +12,18 @@ ordering fair and the leasing exclusive without locks.
 
 Worker states as the gateway sees them:
 
-    IDLE ──assign──▶ BUSY ──release(healthy)──▶ IDLE
-     │  ▲             │
-     │  └─health ok── ERROR ◀──release(unhealthy) or health failed while BUSY
-     └──health failed─▶ ERROR
+    STARTING ──health: idle──▶ IDLE ──assign──▶ BUSY ──release(healthy)──▶ IDLE
+       ▲  │                   │  ▲                │
+       │  └─health failed──▶  │  └─health: idle── ERROR ◀──release(unhealthy), or
+       │                      ▼                        health failed while BUSY
+       └──health: loading, busy elsewhere, or no state; error ──▶ ERROR
+
+A worker is leased only after its own /health said `"state": "idle"`: a worker that is
+still loading, whose backend failed, or that serves someone else's session is passed
+over (STARTING or ERROR) until it says idle again. Every worker starts in STARTING, so
+the pool waits for readiness rather than assuming it. `on_unhealthy` hears of every
+lease given back broken (stalled, dead, broke protocol): a supervisor of local worker
+processes kills and respawns those.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ _UNIT_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25, 1.5, 2
 
 
 class PoolWorkerState(Enum):
+    STARTING = "starting"  # not (yet, or again) reported idle by its own health check
     IDLE = "idle"
     BUSY = "busy"
     ERROR = "error"
@@ -73,7 +82,8 @@ class WorkerInfo:
     """One worker as the gateway sees it."""
 
     url: str  # ws://host:22400
-    state: PoolWorkerState = PoolWorkerState.IDLE
+    state: PoolWorkerState = PoolWorkerState.STARTING
+    reported: str = ""  # the state the worker's last health answer gave
     backend: str = ""
     last_health: float | None = None  # time.time() of the last passing health check
     sessions: int = 0  # leases handed out over the worker's life
@@ -170,12 +180,15 @@ class Lease:
         """False once a health check failed during this lease."""
         return self.worker.alive
 
-    def release(self, healthy: bool = True) -> None:
-        """Give the worker back (ERROR instead of IDLE when unhealthy). Idempotent."""
+    def release(self, healthy: bool = True, reason: str = "") -> None:
+        """Give the worker back (ERROR instead of IDLE when unhealthy). Idempotent.
+
+        `reason`: why an unhealthy worker is given back, for `on_unhealthy`.
+        """
         if self._released:
             return
         self._released = True
-        self._pool._release(self.worker, healthy=healthy)
+        self._pool._release(self.worker, healthy=healthy, reason=reason)
 
     async def __aenter__(self) -> Lease:
         return self
@@ -198,6 +211,7 @@ class WorkerPool:
         health_interval_s: float = 5.0,
         health: HealthCheck | None = None,
         metrics: PoolMetrics | None = None,
+        on_unhealthy: Callable[[str, str], None] | None = None,
     ) -> None:
         if not urls:
             raise ValueError("a worker pool needs at least one worker url")
@@ -216,6 +230,7 @@ class WorkerPool:
         self._leased: set[str] = set()
         self._health_task: asyncio.Task[None] | None = None
         self._closed = False
+        self._on_unhealthy = on_unhealthy
         self._publish()
 
     # -- leasing -----------------------------------------------------------------------
@@ -271,6 +286,7 @@ class WorkerPool:
                     "url": w.url,
                     "state": w.state.value,
                     "backend": w.backend,
+                    "reported": w.reported,
                     "alive": w.alive,
                     "sessions": w.sessions,
                     "consecutive_failures": w.consecutive_failures,
@@ -300,15 +316,20 @@ class WorkerPool:
         self._publish()
         return Lease(self, worker, waited_s)
 
-    def _release(self, worker: WorkerInfo, *, healthy: bool) -> None:
+    def _release(self, worker: WorkerInfo, *, healthy: bool, reason: str = "") -> None:
         assert worker.url in self._leased, f"{worker.url} released but not leased"
         self._leased.discard(worker.url)
         if healthy and worker.alive:
             worker.state = PoolWorkerState.IDLE
         else:
-            # Held out until a health check passes again.
+            # Held out until a health check says idle again.
             worker.state = PoolWorkerState.ERROR
             worker.alive = False
+            if not healthy and self._on_unhealthy is not None:
+                try:
+                    self._on_unhealthy(worker.url, reason or "unhealthy")
+                except Exception:
+                    log.exception("on_unhealthy failed for %s", worker.url)
         self._dispatch()
 
     def _return(self, worker: WorkerInfo) -> None:
@@ -389,20 +410,32 @@ class WorkerPool:
             return None
 
     def _health_passed(self, worker: WorkerInfo, answer: dict[str, Any]) -> None:
-        worker.alive = True
-        worker.consecutive_failures = 0
-        worker.last_health = time.time()
+        reported = answer.get("state")
+        worker.reported = reported if isinstance(reported, str) else ""
         backend = answer.get("backend")
         if isinstance(backend, str):
             worker.backend = backend
-        if worker.state is PoolWorkerState.ERROR:
-            log.info("worker %s is healthy again", worker.url)
+        if reported == "error":  # its backend never loaded: it answers, but cannot serve
+            self._health_failed(worker)
+            return
+        worker.alive = True
+        worker.consecutive_failures = 0
+        worker.last_health = time.time()
+        if worker.state is PoolWorkerState.BUSY:
+            return  # our own lease: its holder decides
+        if reported == "idle":
+            if worker.state is not PoolWorkerState.IDLE:
+                log.info("worker %s is ready", worker.url)
             worker.state = PoolWorkerState.IDLE
+        else:
+            # Loading, or serving a session that is not ours (a stale one, another
+            # gateway's), or an answer without a state: not leasable yet.
+            worker.state = PoolWorkerState.STARTING
 
     def _health_failed(self, worker: WorkerInfo) -> None:
         worker.alive = False
         worker.consecutive_failures += 1
-        if worker.state is PoolWorkerState.IDLE:
+        if worker.state in (PoolWorkerState.IDLE, PoolWorkerState.STARTING):
             log.warning("worker %s failed its health check", worker.url)
             worker.state = PoolWorkerState.ERROR
         # A BUSY worker stays BUSY: its lease holder sees `worker_alive` and `_release`

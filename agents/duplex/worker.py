@@ -5,10 +5,15 @@
        ▼          └────────────┴───────────────┘  stop, disconnect, error, pause timeout
      ERROR  (the backend failed to load)
 
-`GET /health` says where the worker stands; `WS /session` serves one call with the
-session protocol (agents.duplex.protocol). A backend failure mid-session is reported to
-the gateway as a fatal Error and the worker goes back to IDLE: the next call may well
-succeed. ERROR is only for a backend that never loaded.
+`GET /health` says where the worker stands: always 200 with `state` (the pool leases
+only a worker that says `idle`). `WS /session` serves one call with the session
+protocol (agents.duplex.protocol). With a token, the handshake must carry
+`Authorization: Bearer TOKEN` (compared in constant time) or it is refused with 403
+before any session state is touched. A session that sends nothing for
+`session_timeout_s`, or stays paused that long, is stopped and the worker freed.
+
+A backend failure mid-session is reported to the gateway as a fatal Error and the worker
+goes back to IDLE: the next call may well succeed. ERROR is only for a backend that never loaded.
 
 Deferred finalize: a unit's result is sent before `finalize_unit` runs, and the next
 unit waits for that finalize (a barrier), so the bookkeeping overlaps the network.
@@ -16,12 +21,12 @@ unit waits for that finalize (a barrier), so the bookkeeping overlaps the networ
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import enum
+import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -31,7 +36,6 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from agents.config import AgentSettings
 from agents.duplex.backend import DuplexBackend, UnitOutcome
 from agents.duplex.protocol import (
     Error,
@@ -57,6 +61,7 @@ from agents.duplex.protocol import (
 log = logging.getLogger(__name__)
 
 BUSY_CLOSE_CODE = 1013  # "try again later": another session holds the worker
+POLICY_CLOSE_CODE = 1008  # before accept: the handshake is refused (HTTP 403)
 
 
 class WorkerState(enum.StrEnum):
@@ -138,13 +143,13 @@ class DuplexSession:
         backend: DuplexBackend,
         status: WorkerStatus,
         *,
-        pause_timeout_s: float,
+        session_timeout_s: float,
         unit_deadline_factor: float,
     ) -> None:
         self.websocket = websocket
         self.backend = backend
         self.status = status
-        self.pause_timeout_s = pause_timeout_s
+        self.session_timeout_s = session_timeout_s
         self.unit_deadline_factor = unit_deadline_factor
         self.unit_ms = 0  # set by Prepare; 0 until then
         self._tg: asyncio.TaskGroup | None = None
@@ -179,7 +184,16 @@ class DuplexSession:
         try:
             while True:
                 try:
-                    received = await self.websocket.receive()
+                    async with asyncio.timeout(self.session_timeout_s):
+                        received = await self.websocket.receive()
+                except TimeoutError:
+                    # A gateway that went away without closing, or a client holding the
+                    # worker: either way nobody is being served.
+                    paused = self.machine.state is WorkerState.DUPLEX_PAUSED
+                    await self._send(Stopped("pause_timeout" if paused else "idle_timeout"))
+                    raise _SessionOver(
+                        f"nothing received for {self.session_timeout_s:g} s"
+                    ) from None
                 except (WebSocketDisconnect, RuntimeError) as exc:
                     raise _SessionOver("gateway disconnected") from exc
                 if received["type"] == "websocket.disconnect":
@@ -287,7 +301,13 @@ class DuplexSession:
             await self._send(Error(f"backend failed on unit {unit.seq}: {exc}", fatal=True))
             return False
         wall_ms = (time.perf_counter() - started) * 1000
-        await self._send(_result(unit.seq, outcome, wall_ms))
+        try:
+            result = _result(unit.seq, outcome, wall_ms)
+        except ProtocolViolation as exc:  # the backend produced what the protocol forbids
+            log.error("backend result for unit %d is invalid: %s", unit.seq, exc)
+            await self._send(Error(f"backend result for unit {unit.seq} is invalid", fatal=True))
+            return False
+        await self._send(result)
         assert self._tg is not None
         self._finalizing = self._tg.create_task(self._finalize(unit.seq))
         return True
@@ -303,9 +323,9 @@ class DuplexSession:
         return True
 
     async def _pause_watchdog(self) -> None:
-        await asyncio.sleep(self.pause_timeout_s)
+        await asyncio.sleep(self.session_timeout_s)
         await self._send(Stopped("pause_timeout"))
-        raise _SessionOver(f"paused for over {self.pause_timeout_s:g} s")
+        raise _SessionOver(f"paused for over {self.session_timeout_s:g} s")
 
     def _stop_watchdog(self) -> None:
         if self._watchdog is not None:
@@ -332,11 +352,16 @@ def create_worker_app(
     backend: DuplexBackend,
     *,
     worker_id: str,
-    pause_timeout_s: float = 30.0,
+    token: str = "",
+    session_timeout_s: float = 30.0,
     unit_deadline_factor: float = 10.0,
 ) -> Starlette:
-    """The worker's ASGI app. The backend loads in the background; /health says when."""
+    """The worker's ASGI app. The backend loads in the background; /health says when.
+
+    `token`: the shared secret a session's handshake must present (empty: none asked).
+    """
     status = WorkerStatus(worker_id=worker_id, backend=backend.name)
+    expected = f"Bearer {token}".encode()
 
     async def load() -> None:
         started = time.perf_counter()
@@ -376,7 +401,17 @@ def create_worker_app(
             body["error"] = status.load_error
         return JSONResponse(body)
 
+    def authorized(websocket: WebSocket) -> bool:
+        if not token:
+            return True
+        offered = websocket.headers.get("authorization", "").encode()
+        return hmac.compare_digest(offered, expected)
+
     async def session(websocket: WebSocket) -> None:
+        if not authorized(websocket):
+            log.warning("session refused: wrong or missing worker token")
+            await websocket.close(POLICY_CLOSE_CODE)  # before accept: HTTP 403
+            return
         await websocket.accept()
         if status.machine.state is not WorkerState.IDLE:
             await websocket.close(BUSY_CLOSE_CODE, reason="busy")
@@ -386,7 +421,7 @@ def create_worker_app(
             websocket,
             backend,
             status,
-            pause_timeout_s=pause_timeout_s,
+            session_timeout_s=session_timeout_s,
             unit_deadline_factor=unit_deadline_factor,
         ).run()
         if websocket.application_state is WebSocketState.CONNECTED:
@@ -401,51 +436,3 @@ def create_worker_app(
     )
     app.state.worker = status
     return app
-
-
-def _backend(
-    name: str, model: str, load_settings: Callable[[], AgentSettings] | None
-) -> DuplexBackend:
-    if name == "minicpmo":
-        from agents.duplex.minicpmo import MiniCPMOBackend
-
-        return MiniCPMOBackend(model_id=model)
-    if load_settings is None:
-        # Settings come from whoever starts the worker (app.cli: `offhook worker`), as
-        # agents never import the app.
-        raise SystemExit("the cascade backend needs settings: start it with `offhook worker`")
-    from agents.duplex.cascade_backend import SettingsCascadeBackend
-
-    return SettingsCascadeBackend(load_settings())
-
-
-def worker_main(
-    argv: list[str] | None = None,
-    *,
-    load_settings: Callable[[], AgentSettings] | None = None,
-) -> int:
-    """`offhook worker`: serve one duplex backend on one port until stopped.
-
-    `load_settings` reads the settings the cascade backend loads its models with (the
-    app passes `Settings.from_env`); it is called once, before the server starts.
-    """
-    import uvicorn
-
-    parser = argparse.ArgumentParser(prog="offhook worker", description=__doc__.split("\n")[0])
-    parser.add_argument("--backend", choices=["cascade", "minicpmo"], default="cascade")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=22400)
-    parser.add_argument("--worker-id", default="")
-    parser.add_argument("--pause-timeout-s", type=float, default=30.0)
-    parser.add_argument(
-        "--model", default="openbmb/MiniCPM-o-4_5", help="MiniCPM-o model id or folder"
-    )
-    args = parser.parse_args(argv)
-    backend = _backend(args.backend, args.model, load_settings)
-    app = create_worker_app(
-        backend,
-        worker_id=args.worker_id or f"{args.backend}-{args.port}",
-        pause_timeout_s=args.pause_timeout_s,
-    )
-    uvicorn.run(app, host=args.host, port=args.port, ws="websockets-sansio", log_level="info")
-    return 0

@@ -122,10 +122,21 @@ CASES = [
         duplex=False,
     ),
     Case(
-        "a sure end-of-turn model answers a flat statement fast",
-        [Say(1500)],
-        [Hears(10_000, "Okay that sounds good", probability=0.9)],
-        answered_once("Okay that sounds good", after_ms=1500, within_ms=400),
+        "a sure end-of-turn model answers a short flat answer fast",
+        [Say(1000)],
+        [Hears(10_000, "Friday evening", probability=0.9)],
+        answered_once("Friday evening", after_ms=1000, within_ms=400),
+    ),
+    Case(
+        "a sentence Whisper closed on half a sentence waits the statement's pause",
+        # "a table for" + a pause came back as "a table for it." with Smart Turn at
+        # 0.95-0.98 on espeak: answered in 200 ms, the caller's pause was cut.
+        [Say(1500), Quiet(500), Say(1200)],
+        [
+            Hears(1600, "I'd like to book a table for it.", probability=0.97),
+            Hears(10_000, BOOKING, probability=0.97),
+        ],
+        never_answered_before(1500 + 500 + 1200, BOOKING),
     ),
     *[
         Case(
@@ -287,13 +298,12 @@ CASES = [
     Case(
         "the caller going on before the reply is heard withdraws the answer",
         [Say(1500), Quiet(300), Say(1500)],
-        [Hears(1600, "I want to book.", probability=0.9), Hears(99_000, BOOKING, 0.9)],
+        [Hears(1600, "Can I book?", probability=0.9), Hears(99_000, BOOKING, 0.9)],
         lambda out: (
             (
                 [r.restore for r in out.of(Reopen)] == [True]
-                and [a.text for a in out.made(Answer)] == ["I want to book.", BOOKING]
-                and [a.text for a in out.of(Answer)] == [BOOKING]
-                and out.made(Answer)[-1].start == out.made(Answer)[0].start
+                and [a.text for a in out.of(Answer)] == ["Can I book?", BOOKING]
+                and out.of(Answer)[-1].start == out.of(Answer)[0].start
             )
             or pytest.fail(str(out.decisions))
         ),

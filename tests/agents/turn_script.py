@@ -77,28 +77,10 @@ class Outcome:
     # Frames the bot was heard; None where the driver does not play the audio itself.
     bot_audible_ms: list[int] | None = field(default_factory=list)
 
-    def _effective(self) -> list[tuple[int, Decision]]:
-        """The decisions that took effect, each when it did. An answer is made while its
-        pause runs and heard at `play_at`; one the caller talked into (a Reopen follows
-        it before the next answer) was never heard, so it is not an answer at all."""
-        out: list[tuple[int, Decision]] = []
-        for i, (ms, d) in enumerate(self.decisions):
-            if isinstance(d, Answer):
-                later = [x for _, x in self.decisions[i + 1 :] if isinstance(x, Answer | Reopen)]
-                if later and isinstance(later[0], Reopen):
-                    continue
-                ms = max(ms, d.play_at * 1000 // RATE)
-            out.append((ms, d))
-        return out
-
     def at(self, kind: type) -> list[int]:
-        return [ms for ms, d in self._effective() if isinstance(d, kind)]
+        return [ms for ms, d in self.decisions if isinstance(d, kind)]
 
     def of(self, kind: type) -> list:
-        return [d for _, d in self._effective() if isinstance(d, kind)]
-
-    def made(self, kind: type) -> list:
-        """Every decision of `kind` made, withdrawn answers included."""
         return [d for _, d in self.decisions if isinstance(d, kind)]
 
     def heard_bot_between(self, lo_ms: int, hi_ms: int) -> int:
@@ -139,11 +121,10 @@ def run(
     vad = _Vad()
     pending_eval: list[tuple[int, Evaluate]] = []  # (due ms, ticket)
 
-    def reply(ms: int, play_at: int = 0) -> None:
+    def reply(ms: int) -> None:
         engine.reply_started()
         bot.remaining = bot.reply_ms
-        # Made at once; heard no sooner than the pause allows.
-        bot.starts_at = max(ms + bot.latency_ms, play_at * 1000 // RATE)
+        bot.starts_at = ms + bot.latency_ms
 
     def apply(ms: int, decisions: list[Decision]) -> None:
         for decision in decisions:
@@ -153,9 +134,7 @@ def run(
                     pending_eval[:] = [(ms + eval_ms, decision)]
                 case DropEvaluation():
                     pending_eval.clear()
-                case Answer():
-                    reply(ms, decision.play_at)
-                case Reprompt():
+                case Answer() | Reprompt():
                     reply(ms)
                 case Reopen():
                     bot.remaining, bot.starts_at = 0, None

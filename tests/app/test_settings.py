@@ -182,3 +182,79 @@ def test_describe_shows_an_empty_secret_as_empty() -> None:
 def test_describe_never_lists_the_random_token_fallback() -> None:
     settings = Settings()
     assert not any(settings._token_fallback in value for _, value, _ in settings.describe(settings))
+
+
+# --- exposure: who can reach the server ------------------------------------------------
+
+
+def test_an_unsigned_server_listens_on_loopback_by_default() -> None:
+    settings = Settings.from_env({})
+    settings.check_exposure()
+    assert settings.bind_host == "127.0.0.1"
+
+
+def test_a_signed_server_listens_everywhere_by_default() -> None:
+    settings = Settings.from_env(
+        {"TWILIO_AUTH_TOKEN": "t" * 32, "PUBLIC_URL": "https://bot.example.com"}
+    )
+    settings.check_exposure()
+    assert settings.bind_host == "0.0.0.0"
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.5", "bot.example.com"])
+def test_an_unsigned_server_on_a_public_interface_is_refused(host: str) -> None:
+    settings = Settings.from_env({"HOST": host})
+    with pytest.raises(SettingsError, match="ALLOW_UNSIGNED=1"):
+        settings.check_exposure()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost", "127.0.0.2"])
+def test_an_unsigned_server_on_loopback_is_allowed(host: str) -> None:
+    Settings.from_env({"HOST": host}).check_exposure()
+
+
+def test_allow_unsigned_lets_an_unsigned_server_listen_everywhere() -> None:
+    Settings.from_env({"HOST": "0.0.0.0", "ALLOW_UNSIGNED": "1"}).check_exposure()
+
+
+def test_a_token_without_a_public_url_is_refused() -> None:
+    settings = Settings.from_env({"TWILIO_AUTH_TOKEN": "t" * 32})
+    with pytest.raises(SettingsError, match="PUBLIC_URL is required"):
+        settings.check_exposure()
+
+
+def test_offhook_serve_refuses_a_token_without_a_public_url(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.cli import main
+
+    monkeypatch.setenv("TWILIO_AUTH_TOKEN", "t" * 32)
+    monkeypatch.delenv("PUBLIC_URL", raising=False)
+
+    assert main(["serve", "--port", "1"]) == 2
+    assert "PUBLIC_URL is required" in capsys.readouterr().err
+
+
+def test_repr_hides_secrets() -> None:
+    settings = Settings.from_env(
+        {
+            "TWILIO_AUTH_TOKEN": "twilio-secret-123",
+            "CALL_TOKEN_SECRET": "call-secret-456",
+            "LLM_API_KEY": "sk-secret-789",
+        }
+    )
+    shown = repr(settings) + str(settings)
+    for secret in ("twilio-secret-123", "call-secret-456", "sk-secret-789"):
+        assert secret not in shown
+    assert "max_calls=4" in shown
+
+
+def test_an_unreadable_persona_file_is_a_settings_error(tmp_path: Path) -> None:
+    settings = Settings.from_env({"SYSTEM_PROMPT_FILE": str(tmp_path / "missing.txt")})
+    with pytest.raises(SettingsError, match="SYSTEM_PROMPT_FILE"):
+        settings.persona()
+
+
+def test_a_malformed_account_sid_is_refused() -> None:
+    with pytest.raises(SettingsError, match="TWILIO_ACCOUNT_SID"):
+        Settings.from_env({"TWILIO_ACCOUNT_SID": "AC123"})

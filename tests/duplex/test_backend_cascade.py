@@ -39,7 +39,7 @@ class EnergyVad:
 
 
 class FakeStt:
-    def __init__(self, text: str = "what time is it") -> None:
+    def __init__(self, text: str = "What time is it?") -> None:
         self.text = text
         self.heard: list[int] = []
 
@@ -144,7 +144,7 @@ async def test_speaks_after_a_pause_and_continues_over_the_next_units() -> None:
     assert (await backend.process_unit(speech(1.0))).action == "listen"
     first = await backend.process_unit(np.concatenate((speech(0.5), silence(0.5))))
     assert first.action == "speak"
-    assert first.caller_text == "what time is it"
+    assert first.caller_text == "What time is it?"
     # At least a unit's worth of audio: two 0.6 s clauses.
     assert first.text == "Sure. It is noon."
     assert first.audio.size == 2 * int(CLAUSE_S * RATE) and first.sample_rate == RATE
@@ -157,7 +157,7 @@ async def test_speaks_after_a_pause_and_continues_over_the_next_units() -> None:
     third = await backend.process_unit(silence(1.0))
     assert third.action == "listen" and not third.audio.size
     assert backend.messages[-2:] == [
-        {"role": "user", "content": "what time is it"},
+        {"role": "user", "content": "What time is it?"},
         {"role": "assistant", "content": "Sure. It is noon. Anything else?"},
     ]
     assert llm.seen[0][0] == {"role": "system", "content": "be brief"}
@@ -165,7 +165,7 @@ async def test_speaks_after_a_pause_and_continues_over_the_next_units() -> None:
 
 async def test_the_end_of_turn_model_holds_the_reply_until_the_silence_is_long() -> None:
     turn = FakeTurn(prob=0.1)  # "the caller is not done"
-    backend = await prepared(make(turn=turn))
+    backend = await prepared(make(stt=FakeStt("what time is it"), turn=turn))  # no "?"
     await backend.process_unit(speech(0.5))
     assert (await backend.process_unit(silence(0.5))).action == "listen"
     assert turn.asked == 1
@@ -232,7 +232,7 @@ async def test_prepare_brings_history_and_resets_the_session() -> None:
     assert llm.seen[0] == [
         {"role": "system", "content": "sys"},
         *history,
-        {"role": "user", "content": "what time is it"},
+        {"role": "user", "content": "What time is it?"},
     ]
     assert outcome.context_len == 5
     await backend.cleanup()
@@ -412,7 +412,7 @@ async def test_a_slow_llm_never_holds_a_unit_past_its_budget() -> None:
     thinking = await backend.process_unit(silence(1.0))
     assert asyncio.get_running_loop().time() - started < 0.5
     # The turn is taken (the gateway records it) while the reply is still being written.
-    assert thinking.action == "listen" and thinking.caller_text == "what time is it"
+    assert thinking.action == "listen" and thinking.caller_text == "What time is it?"
     llm.go.set()
     await asyncio.sleep(0)
     spoken = await backend.process_unit(silence(0.2))

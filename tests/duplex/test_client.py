@@ -236,3 +236,30 @@ async def test_worker_refusing_prepare_is_unavailable() -> None:
     async with fake_worker(refuse) as url:
         with pytest.raises(WorkerUnavailable, match="model not loaded"):
             await WorkerSession().connect(url, PREPARE)
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        '{"type":"result","seq":1,"action":"shout"}',
+        '{"type":"result","seq":1,"action":"speak","sample_rate":12345}',
+        '{"type":"result","seq":1,"action":"speak","audio":"AA=="}',
+        '{"type":"result","seq":1,"action":"speak","text":42}',
+        '{"type":"result","seq":-1,"action":"listen"}',
+        '{"type":"result","seq":1,"action":"listen","timings":{"unit":"slow"}}',
+        '{"type":"prepare","system_prompt":"turned around"}',
+    ],
+)
+async def test_a_malformed_or_out_of_range_result_is_worker_died(frame: str) -> None:
+    async def malformed(ws: WebSocket) -> None:
+        await prepared(ws)
+        await ws.receive_text()
+        await ws.send_text(frame)
+        await ws.receive_text()
+
+    async with fake_worker(malformed) as url:
+        session = await connected(url)
+        await session.send_unit(1, np.zeros(16000, dtype=np.float32))
+        with pytest.raises(WorkerDied):
+            await session.next_result(timeout_s=2)
+        assert session.state is SessionState.CLOSED

@@ -48,7 +48,15 @@ class FakeHealth:
     async def __call__(self, url: str) -> dict[str, Any] | None:
         self.calls += 1
         self.called.set()
-        return {"status": "ok", "backend": "fake"} if self.up[url] else None
+        return {"state": "idle", "backend": "fake"} if self.up[url] else None
+
+
+async def ready(urls: list[str], **options: Any) -> WorkerPool:
+    """A pool whose workers have all reported idle once (a pool leases nothing before)."""
+    options.setdefault("health", FakeHealth(*urls))
+    pool = WorkerPool(urls, **options)
+    await pool.check_health()
+    return pool
 
 
 def state_of(pool: WorkerPool, url: str) -> PoolWorkerState:
@@ -56,21 +64,21 @@ def state_of(pool: WorkerPool, url: str) -> PoolWorkerState:
 
 
 async def test_idle_worker_is_leased_at_once_and_marked_busy() -> None:
-    pool = WorkerPool([A])
+    pool = await ready([A])
     lease = await pool.acquire(timeout_s=1)
     assert lease.url == A
     assert state_of(pool, A) is PoolWorkerState.BUSY
 
 
 async def test_release_returns_worker_to_idle() -> None:
-    pool = WorkerPool([A])
+    pool = await ready([A])
     lease = await pool.acquire(timeout_s=1)
     lease.release()
     assert state_of(pool, A) is PoolWorkerState.IDLE
 
 
 async def test_lease_context_manager_releases() -> None:
-    pool = WorkerPool([A])
+    pool = await ready([A])
     async with await pool.acquire(timeout_s=1) as lease:
         assert state_of(pool, lease.url) is PoolWorkerState.BUSY
     assert lease.released
@@ -78,14 +86,14 @@ async def test_lease_context_manager_releases() -> None:
 
 
 async def test_unhealthy_release_marks_worker_error() -> None:
-    pool = WorkerPool([A])
+    pool = await ready([A])
     lease = await pool.acquire(timeout_s=1)
     lease.release(healthy=False)
     assert state_of(pool, A) is PoolWorkerState.ERROR
 
 
 async def test_release_twice_is_harmless() -> None:
-    pool = WorkerPool([A, B])
+    pool = await ready([A, B])
     lease = await pool.acquire(timeout_s=1)
     lease.release()
     other = await pool.acquire(timeout_s=1)
@@ -94,7 +102,7 @@ async def test_release_twice_is_harmless() -> None:
 
 
 async def test_waiters_are_served_in_arrival_order() -> None:
-    pool = WorkerPool([A, B])
+    pool = await ready([A, B])
     held = [await pool.acquire(timeout_s=1), await pool.acquire(timeout_s=1)]
     served: list[int] = []
 
@@ -114,7 +122,7 @@ async def test_waiters_are_served_in_arrival_order() -> None:
 
 
 async def test_each_release_serves_the_queue_head() -> None:
-    pool = WorkerPool([A, B])
+    pool = await ready([A, B])
     held = [await pool.acquire(timeout_s=1), await pool.acquire(timeout_s=1)]
     got: dict[int, asyncio.Future[str]] = {}
     done = asyncio.Event()
@@ -140,7 +148,7 @@ async def test_each_release_serves_the_queue_head() -> None:
 
 
 async def test_newcomer_does_not_jump_the_queue() -> None:
-    pool = WorkerPool([A])
+    pool = await ready([A])
     held = await pool.acquire(timeout_s=1)
     first = asyncio.create_task(pool.acquire(timeout_s=5))
     await settle(lambda: pool.snapshot()["queued"] == 1)
@@ -154,7 +162,7 @@ async def test_newcomer_does_not_jump_the_queue() -> None:
 
 
 async def test_cancelled_waiter_is_skipped() -> None:
-    pool = WorkerPool([A])
+    pool = await ready([A])
     held = await pool.acquire(timeout_s=1)
     first = asyncio.create_task(pool.acquire(timeout_s=5))
     await settle(lambda: pool.snapshot()["queued"] == 1)
@@ -175,7 +183,7 @@ async def test_cancelled_waiter_is_skipped() -> None:
 
 
 async def test_worker_assigned_to_a_waiter_cancelled_in_the_same_turn_goes_back() -> None:
-    pool = WorkerPool([A])
+    pool = await ready([A])
     held = await pool.acquire(timeout_s=1)
     doomed = asyncio.create_task(pool.acquire(timeout_s=5))
     await settle(lambda: pool.snapshot()["queued"] == 1)
@@ -188,7 +196,7 @@ async def test_worker_assigned_to_a_waiter_cancelled_in_the_same_turn_goes_back(
 
 
 async def test_worker_assigned_to_a_cancelled_waiter_goes_to_the_next() -> None:
-    pool = WorkerPool([A])
+    pool = await ready([A])
     held = await pool.acquire(timeout_s=1)
     doomed = asyncio.create_task(pool.acquire(timeout_s=5))
     await settle(lambda: pool.snapshot()["queued"] == 1)
@@ -203,7 +211,7 @@ async def test_worker_assigned_to_a_cancelled_waiter_goes_to_the_next() -> None:
 
 
 async def test_leases_are_exclusive_under_random_load() -> None:
-    pool = WorkerPool([A, B, C], max_queue=50)
+    pool = await ready([A, B, C], max_queue=50)
     rng = random.Random(1234)
     in_use: set[str] = set()
     peak = 0
@@ -226,7 +234,7 @@ async def test_leases_are_exclusive_under_random_load() -> None:
 
 async def test_queue_full_is_raised_at_once() -> None:
     metrics = PoolMetrics(CollectorRegistry())
-    pool = WorkerPool([A], max_queue=2, metrics=metrics)
+    pool = await ready([A], max_queue=2, metrics=metrics)
     await pool.acquire(timeout_s=1)
     waiters = [asyncio.create_task(pool.acquire(timeout_s=5)) for _ in range(2)]
     await settle(lambda: pool.snapshot()["queued"] == 2)
@@ -240,7 +248,7 @@ async def test_queue_full_is_raised_at_once() -> None:
 
 async def test_no_worker_after_timeout_and_waiter_removed() -> None:
     metrics = PoolMetrics(CollectorRegistry())
-    pool = WorkerPool([A], metrics=metrics)
+    pool = await ready([A], metrics=metrics)
     held = await pool.acquire(timeout_s=1)
     with pytest.raises(NoWorker):
         await pool.acquire(timeout_s=0.01)
@@ -277,7 +285,7 @@ async def test_recovered_worker_serves_the_queued_waiter() -> None:
 
 async def test_busy_worker_failing_health_stays_busy_until_released() -> None:
     health = FakeHealth(A)
-    pool = WorkerPool([A], health=health)
+    pool = await ready([A], health=health)
     lease = await pool.acquire(timeout_s=1)
     health.up[A] = False
     await pool.check_health()
@@ -308,7 +316,7 @@ async def test_start_runs_health_checks_and_aclose_stops_them() -> None:
 
 
 async def test_aclose_turns_waiters_away() -> None:
-    pool = WorkerPool([A])
+    pool = await ready([A])
     await pool.acquire(timeout_s=1)
     waiter = asyncio.create_task(pool.acquire(timeout_s=5))
     await settle(lambda: pool.snapshot()["queued"] == 1)
@@ -335,7 +343,7 @@ async def test_snapshot_counts_states_and_queue() -> None:
 
 async def test_metrics_follow_states_queue_and_waits() -> None:
     registry = CollectorRegistry()
-    pool = WorkerPool([A, B], metrics=PoolMetrics(registry))
+    pool = await ready([A, B], metrics=PoolMetrics(registry))
     await pool.acquire(timeout_s=1)
     await pool.acquire(timeout_s=1)
     waiter = asyncio.create_task(pool.acquire(timeout_s=5))
@@ -362,3 +370,61 @@ def test_health_url_maps_websocket_to_http() -> None:
 def test_pool_rejects_duplicate_urls() -> None:
     with pytest.raises(ValueError, match="duplicate"):
         WorkerPool([A, A])
+
+
+class ReportedHealth:
+    """Health answers as a worker gives them: 200 with the worker's own state."""
+
+    def __init__(self, **states: str) -> None:
+        self.states = {url: states.get(name, "idle") for name, url in (("A", A), ("B", B))}
+
+    async def __call__(self, url: str) -> dict[str, Any] | None:
+        return {"state": self.states[url], "backend": "minicpmo"}
+
+
+async def test_a_new_pool_leases_nothing_before_a_worker_says_it_is_idle() -> None:
+    pool = WorkerPool([A], health=ReportedHealth())
+    assert state_of(pool, A) is PoolWorkerState.STARTING
+    with pytest.raises(NoWorker):
+        await pool.acquire(timeout_s=0.01)
+    waiter = asyncio.create_task(pool.acquire(timeout_s=5))
+    await settle(lambda: pool.snapshot()["queued"] == 1)
+    await pool.check_health()  # the worker is ready: the waiting call gets it
+    assert (await waiter).url == A
+
+
+@pytest.mark.parametrize("reported", ["loading", "error", "duplex_active", "duplex_paused", ""])
+async def test_the_pool_never_leases_a_worker_that_does_not_say_idle(reported: str) -> None:
+    health = ReportedHealth(A=reported)
+    pool = WorkerPool([A, B], health=health)
+    await pool.check_health()
+    assert state_of(pool, A) is not PoolWorkerState.IDLE
+    leases = [await pool.acquire(timeout_s=1)]
+    assert leases[0].url == B
+    with pytest.raises(NoWorker):
+        await pool.acquire(timeout_s=0.01)
+    health.states[A] = "idle"
+    await pool.check_health()
+    assert (await pool.acquire(timeout_s=1)).url == A
+
+
+async def test_an_idle_worker_that_reports_loading_again_is_taken_out() -> None:
+    """A worker restarted behind the pool's back (a respawn) loads again: wait for it."""
+    health = ReportedHealth()
+    pool = WorkerPool([A], health=health)
+    await pool.check_health()
+    health.states[A] = "loading"
+    await pool.check_health()
+    assert state_of(pool, A) is PoolWorkerState.STARTING
+    assert pool.snapshot()["workers"][0]["reported"] == "loading"
+
+
+async def test_a_broken_lease_is_reported_with_its_reason() -> None:
+    reports: list[tuple[str, str]] = []
+    pool = await ready([A], on_unhealthy=lambda url, why: reports.append((url, why)))
+    (await pool.acquire(timeout_s=1)).release(healthy=False, reason="worker_stalled")
+    assert reports == [(A, "worker_stalled")]
+    lease = None
+    with pytest.raises(NoWorker):
+        lease = await pool.acquire(timeout_s=0.01)
+    assert lease is None

@@ -22,7 +22,7 @@ async def fake_health(status: int) -> AsyncIterator[str]:
     async def health(request: Request) -> Response:
         if status != 200:
             return PlainTextResponse("down", status_code=status)
-        return JSONResponse({"status": "ok", "backend": "minicpmo"})
+        return JSONResponse({"state": "idle", "backend": "minicpmo"})
 
     app = Starlette(routes=[Route("/health", health)])
     async with serve_locally(app) as url:
@@ -31,7 +31,7 @@ async def fake_health(status: int) -> AsyncIterator[str]:
 
 async def test_http_health_returns_the_json() -> None:
     async with fake_health(200) as url:
-        assert await http_health(url) == {"status": "ok", "backend": "minicpmo"}
+        assert await http_health(url) == {"state": "idle", "backend": "minicpmo"}
 
 
 async def test_http_health_is_none_on_error_status() -> None:

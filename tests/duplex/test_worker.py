@@ -10,9 +10,10 @@ import httpx
 import numpy as np
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from agents.duplex.backend import UnitOutcome
+from agents.duplex.client import WorkerSession, WorkerUnavailable
 from agents.duplex.protocol import (
     Error,
     Keypad,
@@ -89,7 +90,7 @@ class FakeBackend:
 
 
 @asynccontextmanager
-async def serve(backend: FakeBackend, **options: float) -> AsyncIterator[str]:
+async def serve(backend: FakeBackend, **options: float | str) -> AsyncIterator[str]:
     """The worker app on a free port, in this test's event loop; yields host:port."""
     app = create_worker_app(backend, worker_id="w-test", **options)
     async with serve_locally(app, lifespan="on") as url:
@@ -277,7 +278,7 @@ async def test_a_second_session_is_rejected_busy() -> None:
 
 async def test_pause_resume_then_pause_timeout_releases_the_worker() -> None:
     backend = FakeBackend()
-    async with serve(backend, pause_timeout_s=0.2) as address:
+    async with serve(backend, session_timeout_s=0.2) as address:
         await wait_state(address, "idle")
         ws = await start_session(address)
         await send(ws, Pause())
@@ -408,3 +409,73 @@ async def test_a_failed_prepare_is_fatal_to_the_session() -> None:
         await backend.cleaned.wait()
         body = await wait_state(address, "idle")
     assert body["sessions_served"] == 0
+
+
+@pytest.mark.parametrize(
+    "offered", [None, "Bearer wrong", "Bearer s3cre", "s3cret", "Bearer s3cret2"]
+)
+async def test_a_session_without_the_worker_token_is_refused_at_the_handshake(
+    offered: str | None,
+) -> None:
+    backend = FakeBackend()
+    async with serve(backend, token="s3cret") as address:
+        await wait_state(address, "idle")
+        headers = {"Authorization": offered} if offered is not None else None
+        with pytest.raises(InvalidStatus) as refused:
+            await connect(f"ws://{address}/session", additional_headers=headers)
+        assert refused.value.response.status_code == 403
+        # Nothing was touched: the worker is still free for the gateway that knows.
+        assert (await health(address))["state"] == "idle"
+        assert backend.calls == ["load"]
+
+
+async def test_the_gateway_presents_the_worker_token_and_is_served() -> None:
+    backend = FakeBackend()
+    async with serve(backend, token="s3cret") as address:
+        await wait_state(address, "idle")
+        refused = WorkerSession()
+        with pytest.raises(WorkerUnavailable):
+            await refused.connect(f"ws://{address}", Prepare(system_prompt="x", unit_ms=100))
+        session = WorkerSession()
+        prepared = await session.connect(
+            f"ws://{address}", Prepare(system_prompt="x", unit_ms=100), token="s3cret"
+        )
+        assert prepared.worker_id == "w-test"
+        await session.stop()
+
+
+async def test_an_idle_session_is_released_by_its_timeout() -> None:
+    """A gateway gone without closing, or a client sitting on the worker, frees it."""
+    backend = FakeBackend()
+    async with serve(backend, session_timeout_s=0.3) as address:
+        await wait_state(address, "idle")
+        ws = await start_session(address)
+        await send(ws, unit(0))
+        assert isinstance(await recv(ws), Result)
+        assert await recv(ws) == Stopped("idle_timeout")  # then nothing more was sent
+        with pytest.raises(ConnectionClosed):
+            await recv(ws)
+        await backend.cleaned.wait()
+        await wait_state(address, "idle")
+
+
+async def test_a_connection_that_never_prepares_is_released_by_the_timeout() -> None:
+    backend = FakeBackend()
+    async with serve(backend, session_timeout_s=0.2) as address:
+        await wait_state(address, "idle")
+        ws = await connect(f"ws://{address}/session")
+        assert (await health(address))["state"] == "duplex_active"
+        assert await recv(ws) == Stopped("idle_timeout")
+        await wait_state(address, "idle")
+
+
+async def test_a_backend_result_out_of_range_is_not_sent_but_fatal() -> None:
+    backend = FakeBackend([UnitOutcome(action="speak", audio=UNIT + 0.1, sample_rate=12345)])
+    async with serve(backend) as address:
+        await wait_state(address, "idle")
+        ws = await start_session(address)
+        await send(ws, unit(0))
+        error = await recv(ws)
+        assert isinstance(error, Error) and error.fatal and "invalid" in error.message
+        await backend.cleaned.wait()
+        await wait_state(address, "idle")

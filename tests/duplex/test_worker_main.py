@@ -14,7 +14,7 @@ from ops.local_server import free_port
 
 
 def test_help_exits_cleanly(capsys: pytest.CaptureFixture[str]) -> None:
-    from agents.duplex.worker import worker_main
+    from agents.duplex.worker_cli import worker_main
 
     with pytest.raises(SystemExit) as done:
         worker_main(["--help"])
@@ -25,13 +25,13 @@ def test_help_exits_cleanly(capsys: pytest.CaptureFixture[str]) -> None:
 def test_the_cascade_backend_takes_its_settings_from_whoever_starts_the_worker() -> None:
     """agents never import the app: `offhook worker` (app.cli) hands the settings in."""
     from agents.duplex.cascade_backend import SettingsCascadeBackend
-    from agents.duplex.worker import _backend, worker_main
+    from agents.duplex.worker_cli import _backend, worker_main
     from app.settings import Settings
 
     with pytest.raises(SystemExit, match="offhook worker"):
         worker_main(["--backend", "cascade"])
     settings = Settings.from_env({})
-    backend = _backend("cascade", "", lambda: settings)
+    backend = _backend("cascade", "", settings)
     assert isinstance(backend, SettingsCascadeBackend)
     assert backend.settings is settings
 
@@ -41,7 +41,7 @@ async def test_a_worker_whose_backend_cannot_load_says_so() -> None:
         pytest.skip("torch is importable here: the backend would try to load for real")
     port = free_port()
     code = (
-        "from agents.duplex.worker import worker_main; "
+        "from agents.duplex.worker_cli import worker_main; "
         f"raise SystemExit(worker_main(['--backend', 'minicpmo', '--port', '{port}']))"
     )
     process = await asyncio.create_subprocess_exec(

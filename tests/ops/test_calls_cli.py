@@ -83,7 +83,7 @@ def test_list_shows_every_call_newest_first_with_its_numbers(
     cells = [cell.strip() for cell in row.strip("│").split("│")]
     started = (NOW - timedelta(hours=2)).strftime("%Y-%m-%d %H:%M")
     assert cells[1].startswith(started)
-    assert cells[2:] == ["0:12", "+1555***4567", "cascade", "7", "1", "500", "hangup"]
+    assert cells[2:] == ["0:12", "+1***4567", "cascade", "7", "1", "500", "hangup"]
     error_row = next(line for line in out.splitlines() if line.startswith("│ CAerror"))
     assert "cascade (+realtime)" in error_row
     assert "error (1 errors)" in error_row
@@ -106,7 +106,7 @@ def test_list_since_an_iso_date(data_dir: Path, capsys: pytest.CaptureFixture[st
 def test_list_from_part_of_the_masked_number(
     data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert calls(data_dir, "list", "--from", "+1555") == 0
+    assert calls(data_dir, "list", "--from", "+1***") == 0
 
     assert listed(capsys.readouterr().out) == ["CAlong", "CAslow", "CAold"]
 
@@ -202,7 +202,7 @@ def test_show_lists_each_turn_with_its_latencies(
 
     out = capsys.readouterr().out
     assert "call CAlong" in out
-    assert "+1555***4567" in out
+    assert "+1***4567" in out
     row = next(line for line in out.splitlines() if "We open at nine." in line)
     # end of turn, STT, LLM first token, TTS first audio, mouth to mouth
     assert re.findall(r"\d+", row.split("We open at nine.")[1]) == [
@@ -467,3 +467,20 @@ def test_a_corrupt_caller_wav_is_exit_2_on_export(
     err = capsys.readouterr().err
     assert "caller.wav" in err
     assert "Traceback" not in err
+
+
+HOSTILE = "\x1b[2J\x1b]0;owned\x07\x9b31m\u202eevil"
+
+
+def test_show_neutralises_terminal_escapes_from_a_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hostile_turn = Exchange(f"my name is {HOSTILE}", 2200.0, 800.0, "Hello.", 500.0)
+    build_call(tmp_path / "calls", CallSpec("CAevil", (hostile_turn,), to_number=f"+1555{HOSTILE}"))
+
+    assert calls(tmp_path, "show", "CAevil") == 0
+    shown = capsys.readouterr().out
+    assert not any(ch in shown for ch in "\x1b\x07\x9b\u202e")
+    assert "\\x1b[2J" in shown  # visible, not obeyed
+    assert calls(tmp_path, "list") == 0
+    assert not any(ch in capsys.readouterr().out for ch in "\x1b\x07\x9b\u202e")

@@ -258,3 +258,41 @@ def test_misuse_fails_loudly_at_the_call_site(tmp_path):
     with pytest.raises(ValueError, match="repair"):
         recorder.close(ended_with="crashed", transcript={"turns": []})
     recorder.close(ended_with="hangup", transcript={"turns": []})
+
+
+def test_a_record_stops_growing_at_its_cap_and_its_meta_says_so(tmp_path):
+    recorder = CallRecorder(tmp_path, "CA1", meta=META, max_bytes=40_000)
+    for _ in range(10):  # 10 x 8000 bytes of caller audio offered, 40 kB allowed
+        recorder.caller_audio(tone(4000, 100))
+    recorder.event(1.0, "caller_turn", text="past the cap")
+    recorder.close(ended_with="hangup", transcript=TRANSCRIPT)
+
+    folder = tmp_path / "CA1"
+    caller, _ = read_pcm16(folder / "caller.wav")
+    # Caller audio counts twice: bot.wav is padded to its length at close.
+    assert caller.size == 8_000  # two 16 kB chunks fit in 40 kB, a third does not
+    audio_bytes = sum((folder / name).stat().st_size for name in ("caller.wav", "bot.wav"))
+    assert audio_bytes <= 40_000 + 2 * 44
+    assert timeline_lines(folder / "timeline.jsonl") == []
+    assert read_json(folder / "meta.json")["truncated"] is True
+
+
+def test_a_record_within_its_cap_is_not_truncated(tmp_path):
+    recorder = CallRecorder(tmp_path, "CA1", meta=META, max_bytes=40_000)
+    recorder.caller_audio(tone(4000, 100))
+    recorder.close(ended_with="hangup", transcript=TRANSCRIPT)
+
+    assert read_json(tmp_path / "CA1" / "meta.json")["truncated"] is False
+
+
+def test_records_are_readable_by_their_owner_only(tmp_path):
+    root = tmp_path / "calls"
+    recorder = CallRecorder(root, "CA1", meta=META)
+    recorder.caller_audio(tone(800, 1))
+    recorder.close(ended_with="hangup", transcript=TRANSCRIPT)
+
+    assert (root.stat().st_mode & 0o777) == 0o700
+    assert ((root / "CA1").stat().st_mode & 0o777) == 0o700
+    files = list((root / "CA1").iterdir())
+    assert len(files) == 5
+    assert {f.name: f.stat().st_mode & 0o777 for f in files} == {f.name: 0o600 for f in files}

@@ -33,15 +33,54 @@ def _docs_params() -> dict[str, str]:
 # --- CallTokens --------------------------------------------------------------------------
 
 
-def test_issued_token_is_32_hex_characters() -> None:
-    token = CallTokens(SECRET).issue("CA1")
+def test_issued_token_is_its_issue_second_and_32_hex_characters() -> None:
+    token = CallTokens(SECRET, clock=lambda: 1_700_000_000.7).issue("CA1")
 
-    assert len(token) == 32
-    assert int(token, 16) >= 0
+    issued, mac = token.split(".")
+    assert int(issued, 16) == 1_700_000_000
+    assert len(mac) == 32 and int(mac, 16) >= 0
 
 
-def test_issue_is_deterministic_for_a_call() -> None:
-    assert CallTokens(SECRET).issue("CA1") == CallTokens(SECRET).issue("CA1")
+def test_issue_is_deterministic_for_a_call_within_a_second() -> None:
+    tokens = CallTokens(SECRET, clock=lambda: 1_700_000_000.0)
+    assert tokens.issue("CA1") == tokens.issue("CA1")
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_token_expires_after_its_validity_window() -> None:
+    clock = Clock(1_700_000_000.0)
+    tokens = CallTokens(SECRET, max_age_s=60, clock=clock)
+    token = tokens.issue("CA1")
+
+    clock.now += 59
+    assert tokens.verify("CA1", token)
+    clock.now += 2
+    assert not tokens.verify("CA1", token)
+
+
+def test_a_token_from_the_future_is_refused() -> None:
+    clock = Clock(1_700_000_000.0)
+    tokens = CallTokens(SECRET, clock=clock)
+    token = tokens.issue("CA1")
+
+    clock.now -= 30
+    assert not tokens.verify("CA1", token)
+
+
+def test_a_token_whose_issue_time_was_moved_is_refused() -> None:
+    clock = Clock(1_700_000_000.0)
+    tokens = CallTokens(SECRET, clock=clock)
+    _issued, mac = tokens.issue("CA1").split(".")
+    clock.now += 3600
+
+    assert not tokens.verify("CA1", f"{int(clock.now):x}.{mac}")
 
 
 def test_verify_accepts_the_token_issued_for_the_call() -> None:
@@ -64,8 +103,16 @@ def test_verify_refuses_a_token_forged_with_another_secret() -> None:
 
 @pytest.mark.parametrize(
     "mangle",
-    [lambda t: t[:-1], lambda t: t + "0", lambda t: t.upper(), lambda t: "", lambda t: "0" * 32],
-    ids=["truncated", "extended", "upper-case", "empty", "zeros"],
+    [
+        lambda t: t[:-1],
+        lambda t: t + "0",
+        lambda t: t.upper(),
+        lambda t: "",
+        lambda t: "0" * 32,
+        lambda t: t.split(".")[1],
+        lambda t: "-1." + t.split(".")[1],
+    ],
+    ids=["truncated", "extended", "upper-case", "empty", "zeros", "no-time", "bad-time"],
 )
 def test_verify_refuses_an_altered_token(mangle: Callable[[str], str]) -> None:
     tokens = CallTokens(SECRET)

@@ -1,0 +1,105 @@
+"""`serve --local-workers`: real worker processes, waited for, killed and started again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from agents.duplex.pool import PoolWorkerState, WorkerPool
+from agents.duplex.supervisor import WorkerSupervisor
+from ops.local_server import free_port
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def idle_worker(index: int, port: int) -> list[str]:
+    return [sys.executable, "-m", "tests.duplex.idle_worker", str(port)]
+
+
+@asynccontextmanager
+async def supervised(count: int = 1, **options: Any) -> AsyncIterator[WorkerSupervisor]:
+    """Workers started, waited for, and watched; everything stopped afterwards."""
+    first = free_port()
+    options = {"command": idle_worker, "interval_s": 0.2, "backoff_s": 0.1, **options}
+    async with WorkerSupervisor(count, first, **options) as supervisor:
+        assert await supervisor.wait_ready(60), "the workers never became ready"
+        watch = asyncio.create_task(supervisor.run())
+        try:
+            yield supervisor
+        finally:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+
+
+async def until(done: Callable[[], bool], timeout_s: float = 60) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not done():  # noqa: ASYNC110 - the supervisor's state has no event
+            await asyncio.sleep(0.05)
+
+
+async def test_serve_waits_until_every_local_worker_says_idle() -> None:
+    async with supervised(2) as supervisor:
+        assert [w.state for w in supervisor.workers] == ["idle", "idle"]
+        assert all(w.spawned == 1 for w in supervisor.workers)
+
+
+async def test_a_local_worker_that_dies_is_started_again() -> None:
+    async with supervised() as supervisor:
+        worker = supervisor.workers[0]
+        assert worker.process is not None
+        first = worker.process.pid
+        os.kill(first, signal.SIGKILL)
+        await until(lambda: worker.spawned == 2 and worker.state == "idle")
+        assert worker.process is not None and worker.process.pid != first
+
+
+async def test_a_local_worker_that_stalls_is_killed_and_started_again() -> None:
+    async with supervised(stall_s=1.0) as supervisor:
+        worker = supervisor.workers[0]
+        assert worker.process is not None
+        stalled = worker.process
+        os.kill(stalled.pid, signal.SIGSTOP)  # alive, listening, answering nothing
+        await until(lambda: worker.spawned == 2 and worker.state == "idle")
+        assert stalled.returncode == -signal.SIGKILL
+
+
+async def test_a_local_worker_the_pool_reports_broken_is_restarted_and_leased_again() -> None:
+    async with supervised() as supervisor:
+        pool = WorkerPool(supervisor.urls, on_unhealthy=supervisor.report)
+        await pool.check_health()
+        lease = await pool.acquire(timeout_s=1)
+        worker = supervisor.workers[0]
+        assert worker.process is not None
+        broken = worker.process
+        lease.release(healthy=False, reason="worker_stalled")  # e.g. it broke protocol
+        assert broken.returncode == -signal.SIGKILL
+        assert pool.workers[0].state is PoolWorkerState.ERROR
+        await until(lambda: worker.spawned == 2 and worker.state == "idle")
+        await pool.check_health()
+        assert pool.workers[0].state is PoolWorkerState.IDLE, pool.snapshot()
+        assert (await pool.acquire(timeout_s=1)).url == supervisor.urls[0]
+
+
+async def test_a_worker_that_keeps_dying_is_restarted_with_growing_backoff() -> None:
+    def crashing(index: int, port: int) -> list[str]:
+        return [sys.executable, "-c", "raise SystemExit(3)"]
+
+    supervisor = WorkerSupervisor(1, free_port(), command=crashing, backoff_s=0.1)
+    async with supervisor:
+        worker = supervisor.workers[0]
+        delays: dict[int, float] = {}  # restart number → the wait before it
+        async with asyncio.timeout(30):
+            while len(delays) < 4:
+                await supervisor.check()
+                if worker.process is None:
+                    delays[worker.restarts] = worker.delay_s
+                await asyncio.sleep(0.02)
+        assert worker.spawned >= 4
+    assert [delays[n] for n in (1, 2, 3, 4)] == [0.1, 0.2, 0.4, 0.8]
