@@ -69,8 +69,9 @@ MAX_QUEUED_AUDIO_BYTES = 5 * 8000
 MAX_AGENT_INPUTS = 500
 # What the agent and the record see of a digit under REDACT_DTMF (agents.conversation).
 REDACTED_DIGIT = REDACTED_KEY
-# Event fields that carry what the caller said or keyed: in logs at DEBUG only.
-_PRIVATE_FIELDS = frozenset({"text", "digits", "heard", "meant", "said", "transcript"})
+# Event fields that carry what the caller said or keyed: in logs at DEBUG only (an LLM
+# tool call's arguments may repeat it).
+_PRIVATE_FIELDS = frozenset({"text", "digits", "heard", "meant", "said", "transcript", "arguments"})
 
 
 class CallSession:
