@@ -8,6 +8,7 @@ voicemail message after a machine's beep, or hangs up.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
@@ -251,3 +252,40 @@ async def test_status_and_amd_callbacks_must_be_signed(
     signed = await post_callback(f"{bot.url}{path}", params, AUTH_TOKEN)
 
     assert (forged.status_code, signed.status_code) == (403, 204)
+
+
+async def test_the_new_routes_read_bounded_input_and_refuse_the_malformed(
+    servers: ServerThread, models: CascadeModels, twilio: FakeTwilio
+) -> None:
+    """Like every webhook (app/webhook.py): 4xx from the headers or the form, never a
+    500; `POST /calls` checks its bearer token before it reads a byte of the body."""
+    bot = outbound_bot(servers, models, twilio)
+    auth = {"Authorization": f"Bearer {API_TOKEN}"}
+    async with httpx.AsyncClient(timeout=30) as client:
+        calls = f"{bot.url}/calls"
+        as_form = await client.post(calls, data={"to": CALLEE}, headers=auth)
+        assert as_form.status_code == 415
+        not_json = {**auth, "Content-Type": "application/json"}
+        assert (await client.post(calls, content=b"{to", headers=not_json)).status_code == 400
+        big = json.dumps({"to": CALLEE, "greeting": "x" * 5000})
+        assert (await client.post(calls, content=big, headers=not_json)).status_code == 413
+        unauthorized = await client.post(calls, content=big, headers={"Authorization": "x"})
+        assert unauthorized.status_code == 401
+        for path in ("/twilio/call-status", "/twilio/amd"):
+            url = f"{bot.url}{path}"
+            multipart = await client.post(url, files={"f": b"x"})
+            assert multipart.status_code == 415
+    assert twilio.creates() == []
+
+    call = FakeCall("CA" + "1" * 32, CALLEE, CALLER_ID, "ringing", "outbound-api")
+    for path, extra in (
+        ("/twilio/call-status", {"CallSid": "CA-not-a-sid", "CallStatus": "ringing"}),
+        ("/twilio/call-status", {"CallStatus": "exploded"}),
+        ("/twilio/amd", {"CallSid": "nope", "AnsweredBy": "human"}),
+    ):
+        params = callback_params(call, **extra)
+        answer = await post_callback(f"{bot.url}{path}", params, AUTH_TOKEN)
+        assert answer.status_code == 400, (path, extra, answer.text)
+    other = callback_params(call, CallStatus="ringing", AccountSid="AC" + "f" * 32)
+    answer = await post_callback(f"{bot.url}/twilio/call-status", other, AUTH_TOKEN)
+    assert answer.status_code == 403
