@@ -55,6 +55,11 @@ class ModelSettings(Protocol):
     def llm_gguf(self) -> str: ...
 
     @property
+    def llm_tools(self) -> str:
+        """auto, on or off: whether the LLM is offered the call's tools."""
+        ...
+
+    @property
     def llm_embedded_port(self) -> int: ...
 
     @property

@@ -18,10 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
 __all__ = [
+    "AnsweredBy",
     "Backchannel",
     "BargeIn",
     "BotTurn",
+    "CallEnded",
+    "CallEnding",
     "CallEvent",
+    "CallStatus",
     "CallerTurn",
     "Clear",
     "Dtmf",
@@ -45,6 +49,9 @@ __all__ = [
     "SpeechStop",
     "StreamStart",
     "StreamStop",
+    "ToolCalled",
+    "Transfer",
+    "TransferRequested",
     "TurnCapped",
     "TurnTiming",
     "UnknownEvent",
@@ -256,7 +263,18 @@ class Reprompt(CallEvent):
 
 # --- the bot ---------------------------------------------------------------------------
 
-ReplyKind = Literal["answer", "greeting", "reprompt", "apology", "resume", "digits", "farewell", ""]
+ReplyKind = Literal[
+    "answer",
+    "greeting",
+    "reprompt",
+    "apology",
+    "resume",
+    "digits",
+    "farewell",
+    "transfer",
+    "voicemail",
+    "",
+]
 
 
 @_event
@@ -398,3 +416,82 @@ class Fallback(CallEvent):
     target: str = ""
     reason: str = ""
     _wire: ClassVar[Mapping[str, str]] = {"source": "from", "target": "to"}
+
+
+# --- the call itself: ending, transfer, Twilio's reports ---------------------------------
+
+
+@_event
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallEnding(CallEvent):
+    """The bot decided the call is over (farewell, llm, max_duration, silence, voicemail)
+    and says goodbye; `call_ended` follows once it has played."""
+
+    name: ClassVar[str] = "call_ending"
+    reason: str = ""
+
+
+@_event
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallEnded(CallEvent):
+    """The bot ended the call: by closing the stream, or over Twilio's REST API."""
+
+    name: ClassVar[str] = "call_ended"
+    reason: str = ""
+    via: str = ""  # "stream" or "rest"
+    error: str = ""  # a REST hang-up that failed (the stream was closed anyway)
+
+
+@_event
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransferRequested(CallEvent):
+    """The caller (words, key) or the LLM asked for a person; `refused` says why not."""
+
+    name: ClassVar[str] = "transfer_requested"
+    reason: str = ""
+    refused: str = ""
+
+
+@_event
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Transfer(CallEvent):
+    """The call was redirected to `target` with <Dial> TwiML (or that failed: `error`)."""
+
+    name: ClassVar[str] = "transfer"
+    target: str = ""
+    reason: str = ""
+    ok: bool = False
+    error: str = ""
+
+
+@_event
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCalled(CallEvent):
+    """The LLM called a tool (end_call, transfer_call); never spoken."""
+
+    name: ClassVar[str] = "tool_called"
+    tool: str = ""
+    arguments: str = ""
+
+
+@_event
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnsweredBy(CallEvent):
+    """Twilio's answering-machine detection on an outbound call: human, machine_start,
+    machine_end_beep, machine_end_silence, machine_end_other, fax, unknown."""
+
+    name: ClassVar[str] = "answered_by"
+    answered_by: str = ""
+    detection_ms: int = 0
+
+
+@_event
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallStatus(CallEvent):
+    """A status callback from Twilio: initiated, ringing, in-progress (answered),
+    completed, busy, no-answer, failed, canceled."""
+
+    name: ClassVar[str] = "call_status"
+    status: str = ""
+    duration_s: int = 0
+    sip_code: str = ""

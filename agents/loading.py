@@ -63,6 +63,7 @@ async def load_models(settings: ModelSettings, stack: AsyncExitStack) -> Cascade
 async def _language_model(
     settings: ModelSettings, cache: ModelCache, stack: AsyncExitStack
 ) -> ChatModel:
+    tools = settings.llm_tools
     if settings.llm_base_url:
         base_url, model, api_key = settings.llm_base_url, settings.llm_model, settings.llm_api_key
     else:
@@ -75,6 +76,9 @@ async def _language_model(
         await server.start()
         stack.push_async_callback(server.stop)
         base_url, model, api_key = server.base_url, server.model_name, ""
+        if tools == "auto" and not settings.llm_gguf:
+            # The bundled 135M model does not call tools: intents come from the words.
+            tools = "off"
     chat = OpenAIChat(
         base_url=base_url,
         model=model,
@@ -82,6 +86,7 @@ async def _language_model(
         max_tokens=settings.llm_max_tokens,
         temperature=settings.llm_temperature,
         first_token_timeout_s=settings.llm_timeout_s,
+        tools="on" if tools == "on" else "off" if tools == "off" else "auto",
     )
     stack.push_async_callback(chat.aclose)
     return chat

@@ -13,6 +13,7 @@ drops it for a real interruption. Audio the reply makes meanwhile waits with the
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -73,6 +74,7 @@ class Playback:
         self._held: list[_Piece] | None = None  # None: not holding
         self._held_heard: list[Heard] = []
         self._held_at = 0
+        self._echo = asyncio.Event()  # set at each echo or clear: `played_out` rechecks
 
     @property
     def holding(self) -> bool:
@@ -111,7 +113,20 @@ class Playback:
     def echoed(self, name: str) -> bool:
         played = self.clock.echoed(name, self.now()) is not None
         self._emit(MarkEchoed(mark=name, played=played))
+        self._echo.set()
         return played
+
+    async def played_out(self, timeout_s: float) -> bool:
+        """Wait until Twilio has echoed every mark sent (all the audio has played, or was
+        cleared); False if `timeout_s` passed first (echoes lost, or the call is gone)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while self.clock.marks_pending or self._held:
+                    self._echo.clear()
+                    await self._echo.wait()
+        except TimeoutError:
+            return False
+        return True
 
     async def hold(self) -> list[Heard]:
         """Stop the bot at the caller's ear now, keeping what they have not heard."""
@@ -133,11 +148,13 @@ class Playback:
         if pieces:
             _fade_in(pieces[0].pcm16)
         self._held = pieces
+        self._echo.set()
         return self._held_heard
 
     async def resume(self) -> int:
         """Send the held audio; returns how long it was held, in 8 kHz samples."""
         pieces, self._held = self._held, None
+        self._echo.set()
         if pieces is None:
             return 0
         for piece in pieces:
@@ -153,7 +170,9 @@ class Playback:
             return heard
         await self._sink.send_clear()
         self._emit(Clear(reason=reason))
-        return self.clock.cleared(self.now())
+        heard = self.clock.cleared(self.now())
+        self._echo.set()
+        return heard
 
     def audible(self) -> bool:
         return self.clock.audible(self.now())

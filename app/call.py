@@ -17,10 +17,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from agents.cascade.agent import CascadeAgent, CascadeModels
+from agents.cascade.llm import ToolChat
+from agents.control import CallPolicy
 from agents.conversation import REDACTED_KEY, Conversation
 from agents.duplex.gateway import CallInputs, DuplexAgent
 from agents.duplex.pool import Lease, NoWorker, QueueFull, WorkerPool
 from agents.events import (
+    AnsweredBy,
     BargeIn,
     CallEvent,
     Error,
@@ -33,6 +36,7 @@ from agents.inputs import Digits
 from agents.playback import Playback
 from agents.tasks import cancel_and_wait
 from agents.turns.settings import turn_taking
+from app.control import Ended, SessionControls, rest_client
 from app.limits import KeypadLimit, MediaPace
 from media.codec import float_to_pcm16, mulaw_decode
 from media.echo import REFERENCE_LEAD_MS
@@ -50,14 +54,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _END = object()
+# The bot says its goodbye this long before MAX_CALL_S, when the receive loop closes
+# the stream whatever is under way (ended_with max_length).
+GOODBYE_LEAD_S = 10.0
+# Twilio's answering-machine detection gives up after 30 s (MachineDetectionTimeout);
+# no verdict by then is taken for a person.
+AMD_WAIT_S = 35.0
+# AnsweredBy values that mean a machine took the call (DetectMessageEnd: after its beep).
+# https://www.twilio.com/docs/voice/answering-machine-detection
+MACHINE = ("machine_end_beep", "machine_end_silence", "machine_end_other", "machine_start", "fax")
 # Caller audio waiting for the front end: 5 s of 8 kHz mu-law (it keeps up in ms).
 MAX_QUEUED_AUDIO_BYTES = 5 * 8000
 # Front-end outputs and digits waiting for the agent: about 10 s of 20 ms frames.
 MAX_AGENT_INPUTS = 500
 # What the agent and the record see of a digit under REDACT_DTMF (agents.conversation).
 REDACTED_DIGIT = REDACTED_KEY
-# Event fields that carry what the caller said or keyed: in logs at DEBUG only.
-_PRIVATE_FIELDS = frozenset({"text", "digits", "heard", "meant", "said", "transcript"})
+# Event fields that carry what the caller said or keyed: in logs at DEBUG only (an LLM
+# tool call's arguments may repeat it).
+_PRIVATE_FIELDS = frozenset({"text", "digits", "heard", "meant", "said", "transcript", "arguments"})
 
 
 class CallSession:
@@ -98,6 +112,27 @@ class CallSession:
             on_event=self._record if recorder else None,
         )
         self.conversation = Conversation(persona, max_turns=settings.history_turns)
+        # Placed by us (offhook call, POST /calls): its greeting and AMD come with it.
+        self.outbound = start.parameters.get("direction", "") == "outbound-api"
+        self.greeting = (
+            start.parameters.get("greeting") or settings.outbound_greeting
+            if self.outbound
+            else settings.greeting
+        )
+        self.ended: Ended | None = None
+        self.answered_by: asyncio.Future[tuple[str, int | None]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.controls = SessionControls(
+            self.call_sid,
+            settings,
+            rest_client(settings),
+            close=self.stream.close,
+            record=self._log_event,
+            ended=self._ended,
+        )
+        llm = models.llm
+        tools = isinstance(llm, ToolChat) and llm.offers_tools
         # The cascade always exists: it serves the call, or stands by to take it over.
         self.agent = CascadeAgent(
             models,
@@ -105,11 +140,20 @@ class CallSession:
             self.conversation,
             turn_taking=turn_taking(settings),
             metrics=metrics,
-            greeting=settings.greeting,
+            greeting=self.greeting,
             apology=settings.apology,
             reprompt=settings.reprompt,
             farewell=settings.farewell,
             on_event=self._log_event,
+            controls=self.controls,
+            policy=CallPolicy(
+                transfer_to=settings.transfer_to,
+                transfer_announcement=settings.transfer_announcement,
+                transfer_refusal=settings.transfer_unavailable_text,
+                transfer_key=settings.transfer_key,
+                silence_timeout_s=settings.silence_timeout_s,
+                words=not tools,
+            ),
         )
         # Caller audio with the bot audio that played into the caller's room meanwhile.
         # Bounded in bytes: a stalled front end drops (counted), never grows the process.
@@ -130,15 +174,24 @@ class CallSession:
         return self.inbound.position
 
     def _log_event(self, event: CallEvent) -> None:
+        self._log(event)
+        self._record(event)
+
+    def _log(self, event: CallEvent) -> None:
         data = event.data()
         if log.isEnabledFor(logging.DEBUG):
             log.debug("call %s: %s %s", self.call_sid, event.name, data)
         else:
             public = {k: v for k, v in data.items() if k not in _PRIVATE_FIELDS}
             log.info("call %s: %s %s", self.call_sid, event.name, public)
-        self._record(event)
 
-    def _record(self, event: CallEvent) -> None:
+    def record_event(self, event: CallEvent, *, t_ms: float | None = None) -> None:
+        """Put an event that came from outside the call (Twilio's status callbacks) on
+        its timeline, at `t_ms` on the call clock (default: now)."""
+        self._log(event)
+        self._record(event, t_ms=t_ms)
+
+    def _record(self, event: CallEvent, *, t_ms: float | None = None) -> None:
         match event:
             case BargeIn():
                 self.counts["barge_in"] += 1
@@ -148,13 +201,24 @@ class CallSession:
                 self.counts["protocol_error"] += 1
         if self.recorder is not None:
             try:
-                self.recorder.event(self.now() / 8, event.name, **event.data())
+                at = self.now() / 8 if t_ms is None else t_ms
+                self.recorder.event(at, event.name, **event.data())
             except (ValueError, TypeError):  # a malformed event must not cost the call
                 log.exception("call %s: event %r not recorded", self.call_sid, event.name)
 
     def _record_bot_audio(self, start: int, pcm: object) -> None:
         assert self.recorder is not None
         self.recorder.bot_audio(start, float_to_pcm16(pcm))  # type: ignore[arg-type]
+
+    def _ended(self, ended: Ended) -> None:
+        self.ended = ended
+        self.outcome = ended.outcome
+
+    def amd_result(self, answered_by: str, detection_ms: int | None) -> None:
+        """Twilio's answering-machine verdict for this (outbound) call."""
+        self._log_event(AnsweredBy(answered_by=answered_by, detection_ms=detection_ms or 0))
+        if not self.answered_by.done():
+            self.answered_by.set_result((answered_by, detection_ms))
 
     def protocol_error(self, exc: ProtocolError) -> None:
         self._record(ProtocolErrorEvent(kind=str(exc.kind), error=str(exc)))
@@ -165,8 +229,10 @@ class CallSession:
             async with asyncio.TaskGroup() as tasks:
                 frontend = tasks.create_task(self._frontend_loop(), name="frontend")
                 agent = tasks.create_task(self._serve(), name="agent")
+                limit = tasks.create_task(self._time_limit(), name="max-call")
                 await self._receive_loop()
                 # The caller is gone: nothing more to say or hear.
+                await cancel_and_wait(limit)
                 await cancel_and_wait(agent)
                 await cancel_and_wait(frontend)
         except* Exception as group:
@@ -191,6 +257,7 @@ class CallSession:
                 "summary": self.summary(),
                 "agent": self.agent_used,
                 "fallbacks": self.fallbacks,
+                **self._call_control_meta(),
             },
         )
         try:
@@ -200,6 +267,31 @@ class CallSession:
         except Exception:
             self.metrics.errors.labels(stage="recording").inc()
             log.exception("call %s: closing the record failed", self.call_sid)
+
+    def _call_control_meta(self) -> dict[str, object]:
+        """How the bot controlled the call: why it ended it, whom it transferred to, who
+        answered an outbound call."""
+        meta: dict[str, object] = {"direction": "outbound" if self.outbound else "inbound"}
+        if self.ended is not None:
+            meta["end_reason"] = self.ended.reason
+            if self.ended.transfer_to:
+                meta["transfer_to"] = self.ended.transfer_to
+        if self.answered_by.done():
+            meta["answered_by"] = self.answered_by.result()[0]
+        return meta
+
+    async def _time_limit(self) -> None:
+        """GOODBYE_LEAD_S before MAX_CALL_S: the bot's goodbye, after which it ends the
+        call (bot_hangup, end_reason max_duration). Whatever is under way at MAX_CALL_S
+        itself, the receive loop closes the stream then (max_length): a goodbye that
+        stalls, a call the duplex agent serves, a limit too short for a goodbye."""
+        limit_s = self.settings.max_call_s
+        if limit_s <= GOODBYE_LEAD_S:
+            return
+        await asyncio.sleep(limit_s - GOODBYE_LEAD_S)
+        if self.agent.running:
+            log.info("call %s: MAX_CALL_S (%.0f s) is near: goodbye", self.call_sid, limit_s)
+            self.agent.say_goodbye("max_duration")
 
     def summary(self) -> dict[str, object]:
         latencies = sorted(
@@ -234,7 +326,8 @@ class CallSession:
             self.outcome = "max_length" if loop.time() >= ends else "timeout"
             log.warning("call %s: closed (%s)", self.call_sid, self.outcome)
             return
-        self.outcome = "disconnected"
+        if self.ended is None:  # else the bot closed the stream itself: it ended the call
+            self.outcome = "disconnected"
 
     def _on_media(self, event: Media) -> bool:
         """Feed one media frame; False when the peer floods (the call must end)."""
@@ -268,7 +361,8 @@ class CallSession:
                 digit = REDACTED_DIGIT if self.settings.redact_dtmf else event.digit
                 self._to_agent(Digits(digit))
         elif isinstance(event, Stop):
-            self.outcome = "completed"
+            if self.ended is None:
+                self.outcome = "completed"
             return False
         elif isinstance(event, Start):
             log.warning("call %s: second start event ignored", self.call_sid)
@@ -319,6 +413,11 @@ class CallSession:
     async def _serve(self) -> None:
         """Serve the call with a duplex worker when one is free in time, else the cascade."""
         inputs = CallInputs(self._agent_inputs, _END)
+        if self.outbound and self.start.parameters.get("amd") == "1":
+            answered_by = await self._await_answer()
+            if answered_by in MACHINE:
+                await self._leave_voicemail(inputs)
+                return
         lease = await self._lease_worker()
         if lease is None:
             await self.agent.run(inputs)
@@ -342,6 +441,27 @@ class CallSession:
             await duplex.run(inputs)
         finally:
             lease.release()  # no-op when the agent already released it as unhealthy
+
+    async def _await_answer(self) -> str:
+        """Wait for the answering-machine verdict (the bot stays silent meanwhile: a
+        machine's greeting must not be answered); what was heard meanwhile is dropped."""
+        try:
+            async with asyncio.timeout(AMD_WAIT_S):
+                answered_by, _ = await self.answered_by
+        except TimeoutError:
+            log.warning("call %s: no answering-machine verdict; taken for a person", self.call_sid)
+            answered_by = "unknown"
+        while not self._agent_inputs.empty():
+            self._agent_inputs.get_nowait()
+        return answered_by
+
+    async def _leave_voicemail(self, inputs: CallInputs) -> None:
+        """A machine answered, and its greeting is over: the message, or a hang-up."""
+        message = self.settings.voicemail_message
+        if not message:
+            await self.controls.end_call("voicemail")
+            return
+        await self.agent.run(inputs, greet=False, voicemail=message)
 
     def _take_over(self) -> CascadeAgent:
         self.fallbacks.append("cascade")

@@ -79,6 +79,31 @@ def show_settings(args: argparse.Namespace) -> int:
     return 0
 
 
+def call(args: argparse.Namespace) -> int:
+    """`offhook call +1555...`: place an outbound call through Twilio's REST API."""
+    from app.outbound import OutboundError, place_call
+    from telephony.errors import CallControlError
+
+    settings = Settings.from_env()
+    _configure_logging(settings.log_level)
+    if not settings.public_url:
+        print(
+            "offhook call: PUBLIC_URL must be set: Twilio fetches its webhook there",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        call_sid = place_call(settings, settings.public_url, args.to, args.from_, args.greeting)
+    except OutboundError as exc:
+        print(f"offhook call: {exc}", file=sys.stderr)
+        return 2
+    except CallControlError as exc:
+        print(f"offhook call: Twilio refused the call: {exc}", file=sys.stderr)
+        return 1
+    print(call_sid)
+    return 0
+
+
 def simulate(argv: list[str]) -> int:
     from ops.simulate import main as simulate_main
 
@@ -126,6 +151,17 @@ def main(argv: list[str] | None = None) -> int:
         func=models
     )
     commands.add_parser("settings", help="list every setting").set_defaults(func=show_settings)
+    call_parser = commands.add_parser(
+        "call", help="place an outbound call to NUMBER (Twilio REST; prints its CallSid)"
+    )
+    call_parser.add_argument("to", metavar="NUMBER", help="E.164, like +15551234567")
+    call_parser.add_argument(
+        "--from", dest="from_", default="", metavar="NUMBER", help="caller ID (OUTBOUND_FROM)"
+    )
+    call_parser.add_argument(
+        "--greeting", default="", help="said once a person answers (OUTBOUND_GREETING)"
+    )
+    call_parser.set_defaults(func=call)
     commands.add_parser("simulate", help="call a running server as Twilio would (see --help)")
     commands.add_parser("bench", help="latency and CPU benchmarks (see --help)")
     commands.add_parser("worker", help="run one duplex worker (see --help)")

@@ -18,19 +18,20 @@ from agents.cascade.agent import CascadeModels
 from agents.duplex.supervisor import WorkerSupervisor
 from agents.loading import load_models
 from app.call import CallSession
+from app.call_status import call_status_callback
 from app.metrics import CONTENT_TYPE
+from app.outbound import amd_callback, calls_endpoint, deliver_early, stream_parameters
+from app.paths import (
+    AMD_PATH,
+    CALL_STATUS_PATH,
+    CALLS_PATH,
+    MEDIA_PATH,
+    STATUS_PATH,
+    VOICE_PATH,
+)
 from app.services import Services, open_pool
 from app.settings import Settings
-from app.webhook import (
-    CALL_SID,
-    Refused,
-    WebhookForm,
-    check_headers,
-    host_base_url,
-    party,
-    read_form,
-    signed_url,
-)
+from app.webhook import CALL_SID, Refused, base_url, party, signed_form
 from app.webhook import account_sid as webhook_account_sid
 from app.webhook import call_sid as webhook_call_sid
 from recordings.errors import RecordError
@@ -47,9 +48,6 @@ log = logging.getLogger(__name__)
 
 OFFHOOK_VERSION = "0.1.0"
 
-VOICE_PATH = "/twilio/voice"
-STATUS_PATH = "/twilio/status"
-MEDIA_PATH = "/twilio/media"
 START_TIMEOUT_S = 5.0  # Twilio sends `start` at once; a socket may not idle before it
 BUSY_MESSAGE = "Sorry, all our lines are busy right now. Please call again in a few minutes."
 NOT_READY_MESSAGE = "Sorry, the assistant is starting up. Please call again in a minute."
@@ -67,52 +65,19 @@ def _services(conn: HTTPConnection) -> Services:
     return services
 
 
-def _base_url(conn: HTTPConnection, settings: Settings) -> str:
-    """The public base URL: configured, never request.url (wrong behind a proxy).
-
-    Only an unsigned server on loopback may have no PUBLIC_URL (Settings.check_exposure):
-    with a token, the URL a signature covers never comes from the request's headers.
-    """
-    if settings.public_url:
-        return settings.public_url.rstrip("/")
-    return host_base_url(conn)
-
-
 def _refused(exc: Refused) -> Response:
     return PlainTextResponse(exc.reason, status_code=exc.status)
-
-
-async def _signed_form(request: Request, services: Services, path: str) -> WebhookForm:
-    """The webhook's form, read within bounds and checked against its signature."""
-    check_headers(request)
-    signature = request.headers.get("x-twilio-signature")
-    if services.validator is not None and not signature:
-        # No signature at all: not worth reading the body for.
-        services.metrics.rejected_calls.labels(reason="bad_signature").inc()
-        raise Refused(403, "missing signature")
-    form = await read_form(request)
-    base = _base_url(request, services.settings)
-    if services.validator is not None:
-        url = signed_url(base, path, request)
-        # Off the loop: HMAC over up to MAX_BODY_BYTES (twice, with and without the
-        # port) must not stall live calls' audio.
-        valid = await asyncio.to_thread(services.validator.validate, url, form, signature)
-        if not valid:
-            services.metrics.rejected_calls.labels(reason="bad_signature").inc()
-            log.warning("%s: invalid X-Twilio-Signature from %s", path, request.client)
-            raise Refused(403, "invalid signature")
-    return form
 
 
 async def voice_webhook(request: Request) -> Response:
     services = _services(request)
     settings = services.settings
     try:
-        form = await _signed_form(request, services, VOICE_PATH)
+        form = await signed_form(request, services, VOICE_PATH)
         call_sid = webhook_call_sid(form)
         webhook_account_sid(form, settings.twilio_account_sid)
         caller, callee = party(form, "From"), party(form, "To")
-        base = _base_url(request, settings)
+        base = base_url(request, settings)
     except Refused as exc:
         return _refused(exc)
     if not services.ready.is_set():
@@ -121,7 +86,12 @@ async def voice_webhook(request: Request) -> Response:
     if not services.admission.reserve(call_sid):
         services.metrics.rejected_calls.labels(reason="busy").inc()
         return _twiml(say_and_hangup_twiml(BUSY_MESSAGE))
-    parameters = {"token": services.tokens.issue(call_sid), "from": caller, "to": callee}
+    parameters = {
+        "token": services.tokens.issue(call_sid),
+        "from": caller,
+        "to": callee,
+        **stream_parameters(request, form),
+    }
     twiml = connect_stream_twiml(
         stream_url(base, MEDIA_PATH),
         parameters,
@@ -138,7 +108,7 @@ def _twiml(body: str) -> Response:
 async def stream_status(request: Request) -> Response:
     services = _services(request)
     try:
-        form = await _signed_form(request, services, STATUS_PATH)
+        form = await signed_form(request, services, STATUS_PATH)
     except Refused as exc:
         return _refused(exc)
     event = form.get("StreamEvent")
@@ -159,7 +129,7 @@ async def media_stream(websocket: WebSocket) -> None:
     services = _services(websocket)
     settings = services.settings
     if services.validator is not None:
-        url = stream_url(_base_url(websocket, settings), MEDIA_PATH)
+        url = stream_url(base_url(websocket, settings), MEDIA_PATH)
         signature = websocket.headers.get("x-twilio-signature")
         if not services.validator.validate_stream(url, signature):
             services.metrics.rejected_calls.labels(reason="bad_signature").inc()
@@ -206,6 +176,7 @@ async def media_stream(websocket: WebSocket) -> None:
 
         stream.on_protocol_error = report_in_call
         services.remember(session)
+        deliver_early(services, session)
         await session.run()
     finally:
         services.open_records.discard(start.call_sid)
@@ -381,6 +352,9 @@ def create_app(
             Route(VOICE_PATH, voice_webhook, methods=["POST"]),
             Route(STATUS_PATH, stream_status, methods=["POST"]),
             WebSocketRoute(MEDIA_PATH, media_stream),
+            Route(AMD_PATH, amd_callback, methods=["POST"]),
+            Route(CALL_STATUS_PATH, call_status_callback, methods=["POST"]),
+            Route(CALLS_PATH, calls_endpoint, methods=["POST"]),
             Route("/healthz", healthz),
             Route("/metrics", metrics),
         ],

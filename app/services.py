@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from agents.cascade.agent import CascadeModels
 from agents.duplex.pool import PoolMetrics, WorkerPool
+from agents.events import CallStatus
 
 # Model loading lives in agents/, where `offhook worker` can use it without the app; the
 # name stays importable from here for code not yet moved to `agents.loading`.
@@ -57,6 +58,10 @@ class Services:
         # forgotten at once; what is kept of it is its record and the metrics.
         self.calls: dict[str, CallSession] = {}
         self.open_records: set[str] = set()
+        # Twilio's reports on calls whose stream has not started yet (outbound calls):
+        # answering-machine verdicts, and status callbacks with when they came.
+        self.early_amd: dict[str, tuple[str, int | None]] = {}
+        self.early_status: dict[str, list[tuple[float, CallStatus]]] = {}
         self.pool: WorkerPool | None = None
         # Every call's model jobs (STT, end of turn, TTS) go through this one scheduler,
         # on threads of its own, taking the calls in turn; its queue waits go to /metrics.

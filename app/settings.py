@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from telephony.twiml import is_transfer_target
+
 
 class SettingsError(ValueError):
     """An environment variable holds a value its setting cannot take."""
@@ -73,8 +75,14 @@ class Settings:
     twilio_account_sid: str = _env_field(
         "TWILIO_ACCOUNT_SID",
         "",
-        "Twilio account SID, for REST call control (hang up). When set, webhooks and "
-        "streams from any other account are refused.",
+        "Twilio account SID. With TWILIO_AUTH_TOKEN it enables Twilio's REST API: hang-up "
+        "over REST, transfers, outbound calls. When set, webhooks and streams from any "
+        "other account are refused.",
+    )
+    twilio_api_url: str = _env_field(
+        "TWILIO_API_URL",
+        "https://api.twilio.com",
+        "Base URL of Twilio's REST API (an egress proxy, or a fake Twilio in tests).",
     )
     call_token_secret: str = _env_field(
         "CALL_TOKEN_SECRET",
@@ -87,7 +95,11 @@ class Settings:
         "MAX_CALLS", 4, "Concurrent calls; further callers hear a busy message."
     )
     max_call_s: float = _env_field(
-        "MAX_CALL_S", 3600.0, "Longest a call may last; the stream is closed at it."
+        "MAX_CALL_S",
+        3600.0,
+        "Longest a call may last, in seconds. 10 s before it (for a limit over 10 s) the "
+        "bot says FAREWELL_TEXT and hangs up; at it the stream is closed whatever is under "
+        "way.",
     )
     media_timeout_s: float = _env_field(
         "MEDIA_TIMEOUT_S",
@@ -130,7 +142,64 @@ class Settings:
     farewell: str = _env_field(
         "FAREWELL_TEXT",
         "Thanks for calling. Goodbye!",
-        "Said when the caller says goodbye. Empty: the LLM answers a goodbye like any turn.",
+        "Said when the caller says goodbye, then the bot hangs up (also near MAX_CALL_S and "
+        "after an unanswered re-prompt). Empty: the LLM answers a goodbye like any turn.",
+    )
+    silence_timeout_s: float = _env_field(
+        "SILENCE_TIMEOUT_S",
+        15.0,
+        "A caller silent this long after the bot's turn hears REPROMPT_TEXT; silent as "
+        "long again, the bot says FAREWELL_TEXT and hangs up. 0: never.",
+    )
+    transfer_to: str = _env_field(
+        "TRANSFER_TO",
+        "",
+        "Where a caller who asks for a person is transferred: an E.164 number or a sip: "
+        "URI (needs TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN). Empty: no transfers.",
+    )
+    transfer_announcement: str = _env_field(
+        "TRANSFER_ANNOUNCEMENT",
+        "Please hold while I transfer you to a person.",
+        "Said before a transfer.",
+    )
+    transfer_unavailable_text: str = _env_field(
+        "TRANSFER_UNAVAILABLE_TEXT",
+        "Sorry, I can't transfer you to a person right now.",
+        "Said when a transfer was asked for but cannot be made (no TRANSFER_TO, no REST "
+        "credentials, or Twilio refused it).",
+    )
+    transfer_key: str = _env_field(
+        "TRANSFER_KEY",
+        "",
+        "A keypad key (0-9, * or #) that asks for a person. Empty: none.",
+    )
+    llm_tools: str = _env_field(
+        "LLM_TOOLS",
+        "auto",
+        "Offer the LLM the end_call and transfer_call tools: on, off, or auto (on for an "
+        "LLM_BASE_URL endpoint until it refuses them; off for the bundled model). Without "
+        "tools, a request for a person is heard from the caller's words.",
+    )
+    outbound_from: str = _env_field(
+        "OUTBOUND_FROM", "", "Caller ID of outbound calls (a Twilio number, E.164)."
+    )
+    outbound_greeting: str = _env_field(
+        "OUTBOUND_GREETING",
+        "Hello! This is an automated assistant calling. Do you have a moment?",
+        "What an outbound call says once a person answers (`offhook call --greeting` wins).",
+    )
+    voicemail_message: str = _env_field(
+        "VOICEMAIL_MESSAGE",
+        "",
+        "Left after the beep when an answering machine takes an outbound call. Empty: the "
+        "bot hangs up.",
+    )
+    calls_api_token: str = _env_field(
+        "CALLS_API_TOKEN",
+        "",
+        "Bearer token for `POST /calls` (placing outbound calls over HTTP). Empty: the "
+        "endpoint refuses every request.",
+        secret=True,
     )
     history_turns: int = _env_field(
         "HISTORY_TURNS", 12, "Conversation turns kept in the LLM context (compact = fast)."
@@ -339,6 +408,20 @@ class Settings:
             )
         if self.max_calls < 1:
             raise SettingsError(f"MAX_CALLS must be >= 1, got {self.max_calls}")
+        if self.llm_tools not in ("auto", "on", "off"):
+            raise SettingsError(f"LLM_TOOLS must be auto, on or off, got {self.llm_tools!r}")
+        if self.transfer_key and (
+            len(self.transfer_key) != 1 or self.transfer_key not in "0123456789*#"
+        ):
+            raise SettingsError(
+                f"TRANSFER_KEY must be one key (0-9, * or #), got {self.transfer_key!r}"
+            )
+        if self.transfer_to and not is_transfer_target(self.transfer_to):
+            raise SettingsError(
+                f"TRANSFER_TO must be an E.164 number or a sip: URI, got {self.transfer_to!r}"
+            )
+        if self.silence_timeout_s < 0:
+            raise SettingsError(f"SILENCE_TIMEOUT_S must be >= 0, got {self.silence_timeout_s}")
         if self.llm_base_url and not self.llm_model:
             raise SettingsError("LLM_MODEL must name a model when LLM_BASE_URL is set")
         if self.max_call_s <= 0 or self.media_timeout_s <= 0:
@@ -380,6 +463,11 @@ class Settings:
         if self.twilio_auth_token:
             return b"offhook-call-token:" + self.twilio_auth_token.encode()
         return self._token_fallback.encode()
+
+    @property
+    def rest_credentials(self) -> bool:
+        """Twilio's REST API can be used (hang-up, transfer, outbound calls)."""
+        return bool(self.twilio_account_sid and self.twilio_auth_token)
 
     @property
     def worker_urls(self) -> list[str]:

@@ -9,13 +9,23 @@ Every refusal is a `Refused` carrying a 4xx status, never an exception that beco
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import unicodedata
 from collections.abc import KeysView
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
 from starlette.requests import HTTPConnection, Request
+
+from telephony.security import public_url
+
+if TYPE_CHECKING:
+    from app.services import Services
+    from app.settings import Settings
+
+log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_FIELDS = 200
@@ -61,26 +71,37 @@ def check_headers(request: Request) -> None:
     content_type = request.headers.get("content-type", "")
     if content_type.split(";", 1)[0].strip().lower() != FORM_TYPE:
         raise Refused(415, f"expected {FORM_TYPE}")
+    check_length(request)
+
+
+def check_length(request: Request, max_bytes: int = MAX_BODY_BYTES) -> None:
+    """Refused unless Content-Length (when given) is a number of at most `max_bytes`."""
     length = request.headers.get("content-length")
     if length is not None:
         if not (length.isascii() and length.isdigit()):
             raise Refused(400, "malformed Content-Length")
-        if int(length) > MAX_BODY_BYTES:
-            raise Refused(413, f"body over {MAX_BODY_BYTES} bytes")
+        if int(length) > max_bytes:
+            raise Refused(413, f"body over {max_bytes} bytes")
 
 
-async def read_form(request: Request) -> WebhookForm:
-    """The form (after `check_headers`), or Refused: 413 too big, 408 slow, 400 malformed."""
+async def read_body(request: Request, max_bytes: int = MAX_BODY_BYTES) -> bytes:
+    """The body, or Refused: 413 over `max_bytes`, 408 not received within BODY_TIMEOUT_S."""
     body = bytearray()
     try:
         async with asyncio.timeout(BODY_TIMEOUT_S):
             # Chunked bodies have no Content-Length: the cap holds while reading too.
             async for chunk in request.stream():
                 body += chunk
-                if len(body) > MAX_BODY_BYTES:
-                    raise Refused(413, f"body over {MAX_BODY_BYTES} bytes")
+                if len(body) > max_bytes:
+                    raise Refused(413, f"body over {max_bytes} bytes")
     except TimeoutError:
         raise Refused(408, "body not received in time") from None
+    return bytes(body)
+
+
+async def read_form(request: Request) -> WebhookForm:
+    """The form (after `check_headers`), or Refused: 413 too big, 408 slow, 400 malformed."""
+    body = await read_body(request)
     try:
         pairs = parse_qsl(
             body.decode("utf-8"),
@@ -99,8 +120,6 @@ async def read_form(request: Request) -> WebhookForm:
 
 def signed_url(base: str, path: str, request: Request) -> str:
     """The URL Twilio signed: the public one, with the query string it called."""
-    from telephony.security import public_url
-
     query = request.scope.get("query_string", b"").decode("latin-1")
     url = public_url(base, path)
     return f"{url}?{query}" if query else url
@@ -113,6 +132,40 @@ def host_base_url(request: HTTPConnection) -> str:
         raise Refused(400, "malformed Host header")
     scheme = "https" if request.url.scheme in ("https", "wss") else "http"
     return f"{scheme}://{host}"
+
+
+def base_url(conn: HTTPConnection, settings: Settings) -> str:
+    """The public base URL: configured, never request.url (wrong behind a proxy).
+
+    Only an unsigned server on loopback may have no PUBLIC_URL (Settings.check_exposure):
+    with a token, the URL a signature covers never comes from the request's headers.
+    """
+    if settings.public_url:
+        return settings.public_url.rstrip("/")
+    return host_base_url(conn)
+
+
+async def signed_form(request: Request, services: Services, path: str) -> WebhookForm:
+    """A Twilio webhook's form, read within bounds and checked against its signature
+    (over the public URL with the query string Twilio called); else Refused (4xx)."""
+    check_headers(request)
+    signature = request.headers.get("x-twilio-signature")
+    if services.validator is not None and not signature:
+        # No signature at all: not worth reading the body for.
+        services.metrics.rejected_calls.labels(reason="bad_signature").inc()
+        raise Refused(403, "missing signature")
+    form = await read_form(request)
+    base = base_url(request, services.settings)
+    if services.validator is not None:
+        url = signed_url(base, path, request)
+        # Off the loop: HMAC over up to MAX_BODY_BYTES (twice, with and without the
+        # port) must not stall live calls' audio.
+        valid = await asyncio.to_thread(services.validator.validate, url, form, signature)
+        if not valid:
+            services.metrics.rejected_calls.labels(reason="bad_signature").inc()
+            log.warning("%s: invalid X-Twilio-Signature from %s", path, request.client)
+            raise Refused(403, "invalid signature")
+    return form
 
 
 def _has_control(text: str) -> bool:

@@ -124,6 +124,11 @@ class PlayoutClock:
         self._tail = 0  # expected end of the last scheduled chunk
         self._marks_issued = 0
 
+    @property
+    def marks_pending(self) -> int:
+        """Marks sent whose echo has not come back: audio Twilio has not played yet."""
+        return len(self._pending)
+
     def new_mark_name(self) -> str:
         self._marks_issued += 1
         return f"m{self._marks_issued}"

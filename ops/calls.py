@@ -37,8 +37,12 @@ from rich.table import Table
 from rich.text import Text
 
 from agents.events import (
+    AnsweredBy,
     BargeIn,
+    CallEnded,
+    CallEnding,
     CallEvent,
+    CallStatus,
     Clear,
     Error,
     Fallback,
@@ -46,6 +50,9 @@ from agents.events import (
     ProtocolErrorEvent,
     Reprompt,
     Resume,
+    ToolCalled,
+    Transfer,
+    TransferRequested,
     TurnCapped,
     parse_timeline,
 )
@@ -442,6 +449,11 @@ def _summary_panel(record: CallRecord, summary: CallSummary) -> Panel:
     ]
     if summary.error:
         rows.append(("error", summary.error))
+    if meta.get("direction") == "outbound" or meta.get("answered_by"):
+        rows.append(("outbound", f"answered by {meta.get('answered_by') or '-'}"))
+    if meta.get("end_reason"):
+        reason, to = meta["end_reason"], meta.get("transfer_to")
+        rows.append(("bot", f"transferred to {to} ({reason})" if to else f"hung up ({reason})"))
     if meta.get("versions"):
         rows.append(("versions", json.dumps(meta["versions"], sort_keys=True)))
     if recorder.get("dropped") or recorder.get("errors"):
@@ -525,6 +537,42 @@ def _incident(event: CallEvent) -> str:
     return json.dumps(event.data(), sort_keys=True, default=str)
 
 
+_CONTROL = (
+    CallStatus,
+    AnsweredBy,
+    TransferRequested,
+    Transfer,
+    ToolCalled,
+    CallEnding,
+    CallEnded,
+)
+
+
+def control_events(timeline: Iterable[Mapping[str, Any]]) -> list[tuple[float | None, CallEvent]]:
+    """How the call was controlled: Twilio's status callbacks and AMD verdict, tool calls,
+    transfers, and the bot's decision to end it."""
+    return [(t, e) for t, e in parse_timeline(timeline) if isinstance(e, _CONTROL)]
+
+
+def _control_line(event: CallEvent) -> str:
+    match event:
+        case CallStatus(status=status, duration_s=duration_s):
+            return f"Twilio: {status}" + (f" after {duration_s} s" if duration_s else "")
+        case AnsweredBy(answered_by=answered_by, detection_ms=detection_ms):
+            return f"answered by {answered_by} (detected in {detection_ms} ms)"
+        case TransferRequested(reason=reason, refused=refused):
+            return f"a person asked for ({reason})" + (f"; refused: {refused}" if refused else "")
+        case Transfer(target=target, ok=ok, error=error):
+            return f"transferred to {target}" if ok else f"transfer to {target} failed: {error}"
+        case ToolCalled(tool=tool, arguments=arguments):
+            return f"the LLM called {tool}({arguments})"
+        case CallEnding(reason=reason):
+            return f"the bot says goodbye ({reason})"
+        case CallEnded(reason=reason, via=via, error=error):
+            return f"the bot hung up ({reason}, via {via})" + (f"; {error}" if error else "")
+    return json.dumps(event.data(), sort_keys=True, default=str)
+
+
 def _show(args: argparse.Namespace, store: RecordStore, out: Console, err: Console) -> int:
     record = store.open(args.id)
     summary = record.summary()
@@ -535,6 +583,15 @@ def _show(args: argparse.Namespace, store: RecordStore, out: Console, err: Conso
         out.print(_turns_table(transcript))
     else:
         out.print("no transcript turns")
+    controlled = control_events(record.timeline())
+    if controlled:
+        table = Table(title="call control", title_justify="left")
+        table.add_column("at", no_wrap=True)
+        table.add_column("event", no_wrap=True)
+        table.add_column("details", ratio=1)
+        for t_ms, event in controlled:
+            table.add_row(_clock(t_ms), event.name, Text(_control_line(event)))
+        out.print(table)
     if not listed:
         out.print("no barge-ins or errors")
         return 0

@@ -65,6 +65,7 @@ __all__ = [
     "SimulationConfig",
     "SimulationError",
     "TurnResult",
+    "answering_machine",
     "main",
     "simulate_call",
 ]
@@ -186,6 +187,11 @@ class SimulationConfig:
     # Called once as each caller turn begins, with its index and start (call-clock ms):
     # lets a test or benchmark act at a known point of the conversation.
     on_turn_start: Callable[[int, float], None] | None = None
+    # The voice URL Twilio fetches, query string included (an outbound call's `Url`);
+    # None: base_url + /twilio/voice. `direction`: "inbound", or "outbound-api" for a
+    # call placed through the REST API (the simulator then plays the callee).
+    voice_url: str | None = None
+    direction: str = "inbound"
 
     def __post_init__(self) -> None:
         if not self.speed > 0:
@@ -237,6 +243,8 @@ class CallReport:
     bot_audio: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int16), repr=False)
     server_closed: bool = False
     close_code: int | None = None
+    # When the server closed the stream (it ended the call), on the call clock.
+    closed_ms: float | None = None
     # Webhook request to open socket, before the stream clock starts.
     setup_ms: float = 0.0
 
@@ -315,9 +323,10 @@ async def _post_webhook(
     client: httpx.AsyncClient, config: SimulationConfig, call_sid: str, account_sid: str
 ) -> str:
     try:
-        url = public_url(config.base_url, WEBHOOK_PATH)
+        url = config.voice_url or public_url(config.base_url, WEBHOOK_PATH)
     except ValueError as exc:
         raise SimulationError(str(exc)) from exc
+    outbound = config.direction != "inbound"
     params = {
         "CallSid": call_sid,
         "AccountSid": account_sid,
@@ -325,9 +334,10 @@ async def _post_webhook(
         "To": config.to_number,
         "Caller": config.from_number,
         "Called": config.to_number,
-        "CallStatus": "ringing",
+        # An outbound call's URL is fetched once the callee has answered.
+        "CallStatus": "in-progress" if outbound else "ringing",
         "ApiVersion": "2010-04-01",
-        "Direction": "inbound",
+        "Direction": config.direction,
     }
     headers = {"User-Agent": TWILIO_USER_AGENT}
     if config.auth_token:
@@ -528,6 +538,21 @@ class CallerScript:
         return None
 
 
+BEEP_HZ: Final = 1000.0
+BEEP_MS: Final = 600
+
+
+def answering_machine(greeting: str, *, beep_ms: int = BEEP_MS) -> list[CallerTurn]:
+    """An answering machine taking a call: its greeting, then a beep (a 1 kHz tone), then
+    silence while it records. Turn 1 is the beep: it ends `beep_ms` after it starts."""
+    t = np.arange(RATE * beep_ms // 1000) / RATE
+    beep = (0.3 * 32767 * np.sin(2 * np.pi * BEEP_HZ * t)).astype(np.int16)
+    return [
+        CallerTurn(text=greeting, after=After.START, delay_ms=400),
+        CallerTurn(audio=beep, after=After.START, delay_ms=300),
+    ]
+
+
 def _gated(turn: CallerTurn) -> bool:
     return turn.queued_min_ms is not None or turn.queued_max_ms is not None
 
@@ -718,6 +743,7 @@ class _Call:
             pass  # an abrupt close: recorded below like a clean one
         if not self._hung_up:
             report.server_closed = True
+            report.closed_ms = self._now_ms()
         report.close_code = self._ws.close_code
         self._closed.set()
 
@@ -922,6 +948,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST[:PORT]",
         help="open the media stream here instead of the TwiML's host",
     )
+    parser.add_argument(
+        "--answering-machine",
+        default=None,
+        metavar="GREETING",
+        help="play an answering machine: GREETING, then a beep, then silence (before any turns)",
+    )
     parser.add_argument("--hangup-after-ms", type=int, default=4000)
     parser.add_argument("--max-call-s", type=float, default=120.0)
     return parser
@@ -975,7 +1007,10 @@ def main(argv: list[str] | None = None) -> int:
             base_url=args.url.rstrip("/"),
             auth_token=args.auth_token or None,
             account_sid=args.account_sid or None,
-            turns=[_turn_from_arg(kind, value) for kind, value in args.turns],
+            turns=[
+                *(answering_machine(args.answering_machine) if args.answering_machine else []),
+                *(_turn_from_arg(kind, value) for kind, value in args.turns),
+            ],
             connect_to=args.connect_to,
             hangup_after_ms=args.hangup_after_ms,
             max_call_s=args.max_call_s,

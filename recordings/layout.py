@@ -48,6 +48,13 @@ class EndedWith(StrEnum):
     HANGUP = "hangup"  # the caller hung up (Twilio `stop`)
     DISCONNECTED = "disconnected"  # the stream's socket went away without a `stop`
     ERROR = "error"  # the call ended because of a failure on our side
+    BOT_HANGUP = "bot_hangup"  # the bot ended the call (goodbye, MAX_CALL_S, silence...)
+    TRANSFERRED = "transferred"  # the bot handed the call to TRANSFER_TO
+    # An outbound call that never connected, as Twilio's status callback said.
+    BUSY = "busy"
+    NO_ANSWER = "no-answer"
+    FAILED = "failed"
+    CANCELED = "canceled"
     TIMEOUT = "timeout"  # no media for MEDIA_TIMEOUT_S: the line is dead
     MAX_LENGTH = "max_length"  # the call reached MAX_CALL_S
     FLOOD = "flood"  # the peer sent media faster than real time allows

@@ -132,6 +132,11 @@ class CallRecorder:
             return self._errors
 
     @property
+    def accepting(self) -> bool:
+        """Events are still taken (close() has not been called)."""
+        return self._accepting()
+
+    @property
     def closed(self) -> bool:
         """True once the record is finished and its files closed: nothing writes to it
         any more, so repair and cleanup may touch it. False while close() is still

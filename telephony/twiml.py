@@ -13,6 +13,8 @@ from twilio.twiml.voice_response import VoiceResponse
 # Twilio: a <Parameter>'s name plus value must stay under 500 characters.
 MAX_PARAMETER_CHARS = 500
 _E164 = re.compile(r"\+[1-9][0-9]{6,14}")
+# sip:user@host[:port][;params]: what <Dial><Sip> takes (no spaces, no angle brackets).
+_SIP_URI = re.compile(r"sips?:[^\s<>\"@]+@[A-Za-z0-9.\-]+(?::[0-9]{1,5})?(?:;[^\s<>\"]*)?")
 # Characters XML 1.0 cannot carry even escaped; ElementTree would write them raw and
 # produce a document Twilio cannot parse.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -43,7 +45,10 @@ def connect_stream_twiml(
 ) -> str:
     """`<Connect><Stream>`: the bidirectional stream, with `parameters` as <Parameter>s.
 
-    Nothing follows </Connect>, so Twilio ends the call when our server closes the socket.
+    `<Connect>` blocks until our server closes the socket; Twilio then runs the next verb.
+    That is `<Hangup/>`: closing the stream ends the call (nothing after `</Connect>`
+    would end it too; the explicit verb keeps it so if verbs are ever added).
+    https://www.twilio.com/docs/voice/twiml/connect
     """
     _check_stream_url(stream_url)
     _xml_text("the stream URL", stream_url)
@@ -73,6 +78,7 @@ def connect_stream_twiml(
     )
     for name, value in parameters.items():
         stream.parameter(name=name, value=value)
+    response.hangup()
     return str(response.to_xml())
 
 
@@ -86,15 +92,26 @@ def say_and_hangup_twiml(text: str) -> str:
     return str(response.to_xml())
 
 
-def dial_twiml(number: str) -> str:
-    """`<Response><Dial>number</Dial></Response>`, for a REST call transfer.
+def is_transfer_target(target: str) -> bool:
+    """An E.164 number or a SIP URI: what `dial_twiml` can dial."""
+    return _E164.fullmatch(target) is not None or _SIP_URI.fullmatch(target) is not None
+
+
+def dial_twiml(target: str) -> str:
+    """`<Response><Dial>+1...</Dial></Response>` (or `<Dial><Sip>sip:...</Sip></Dial>`),
+    for a REST call transfer.
 
     No XML declaration: it goes inside the `Twiml` form field of a call update.
     """
-    if _E164.fullmatch(number) is None:
-        raise ValueError(f"expected an E.164 number like +15551234567, got {number[:40]!r}")
     response = VoiceResponse()
-    response.dial(number)
+    if _SIP_URI.fullmatch(target) is not None:
+        response.dial().sip(target)
+    elif _E164.fullmatch(target) is not None:
+        response.dial(target)
+    else:
+        raise ValueError(
+            f"expected an E.164 number like +15551234567 or a sip: URI, got {target[:40]!r}"
+        )
     return str(response.to_xml(xml_declaration=False))
 
 

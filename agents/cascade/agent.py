@@ -21,14 +21,16 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 
 from agents.cascade.clauses import ClauseSplitter
-from agents.cascade.llm import ChatModel
+from agents.cascade.llm import ChatModel, ToolCall, ToolChat
 from agents.cascade.stt import SpeechToText, Transcript, assess
 from agents.cascade.tts import TextToSpeech
+from agents.control import CALL_TOOLS, CallControls, CallPolicy, EndReason, TransferReason
 from agents.conversation import Conversation, Turn
 from agents.errors import BackendError, LanguageModelError
 from agents.events import (
     BargeIn,
     BotTurn,
+    CallEnding,
     CallerTurn,
     Dtmf,
     Error,
@@ -37,6 +39,8 @@ from agents.events import (
     LlmFirstToken,
     ReplyCancelled,
     ReplyStart,
+    ToolCalled,
+    TransferRequested,
 )
 from agents.events import Hold as HoldEvent
 from agents.events import Reprompt as RepromptEvent
@@ -64,7 +68,7 @@ from agents.turns.engine import (
     TurnState,
     TurnTaking,
 )
-from agents.turns.text import sounds_finished
+from agents.turns.text import sounds_finished, wants_a_person
 from media.frontend import FrontEndOutput
 
 if TYPE_CHECKING:
@@ -117,6 +121,23 @@ RESUME_NOTE = (
 )
 DEFAULT_REPROMPT = "Sorry, I didn't catch that. Could you say it again?"
 DEFAULT_FAREWELL = "Thanks for calling. Goodbye!"
+# A goodbye (or an announcement) that Twilio never confirms as played: its length plus
+# this much, and the call is ended (or transferred) anyway.
+PLAYED_OUT_SLACK_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class _EndCall:
+    reason: EndReason
+
+
+@dataclass(frozen=True, slots=True)
+class _Transfer:
+    reason: TransferReason
+
+
+# What happens once a reply has been heard: nothing, the call ends, or it is transferred.
+_Then = _EndCall | _Transfer | None
 
 
 @dataclass
@@ -173,8 +194,14 @@ class CascadeAgent:
         reprompt: str = DEFAULT_REPROMPT,
         farewell: str = DEFAULT_FAREWELL,
         on_event: EventSink | None = None,
+        controls: CallControls | None = None,
+        policy: CallPolicy | None = None,
     ) -> None:
         self.models = models
+        self.controls = controls
+        self.policy = policy or CallPolicy()
+        self._ending = False  # the goodbye is said (or being said): the call is over
+        self._serving = False
         self.playback = playback
         self.conversation = conversation
         self.cfg = turn_taking
@@ -197,6 +224,9 @@ class CascadeAgent:
         self._digits = ""
         self._digit_task: asyncio.Task[None] | None = None
         self.timings: list[TurnTiming] = []
+        # Silence: where it started (16 kHz), and whether the bot has re-prompted for it.
+        self._quiet_since = 0
+        self._silence_prompted = False
 
     # --- the loop --------------------------------------------------------------------
 
@@ -206,17 +236,24 @@ class CascadeAgent:
         *,
         greet: bool = True,
         carry_on: CarryOn | None = None,
+        voicemail: str | None = None,
     ) -> None:
         """Serve the call until `inputs` ends.
 
         Taking over a call from another agent: `greet=False`, and `carry_on` says what the
         caller is waiting for: an answer to their last turn, or the rest of a bot reply
-        that was cut off.
+        that was cut off. `voicemail`: a machine took the call; leave this and hang up.
         """
         async with asyncio.TaskGroup() as tasks:
             self._tasks = tasks
+            self._serving = True
             try:
-                if self.greeting and greet:
+                if voicemail is not None:
+                    self._emit(CallEnding(reason="voicemail"))
+                    self._start_response(
+                        None, canned=voicemail, kind="voicemail", then=_EndCall("voicemail")
+                    )
+                elif self.greeting and greet:
                     self._start_response(None, canned=self.greeting, kind="greeting")
                 elif carry_on is not None:
                     note = RESUME_NOTE if carry_on == "resume" else ""
@@ -235,6 +272,12 @@ class CascadeAgent:
                 if self._running is not None:
                     self._running.task.cancel()
                 self.models.scheduler.forget(self)
+                self._serving = False
+
+    @property
+    def running(self) -> bool:
+        """Serving a call now (so it can be asked to say goodbye)."""
+        return self._serving
 
     # --- caller audio ------------------------------------------------------------------
 
@@ -254,6 +297,34 @@ class CascadeAgent:
         )
         await self._apply(engine.frame(frame))
         self._audio.keep_from(self._keep_from())
+        self._check_silence()
+
+    def _check_silence(self) -> None:
+        """A caller who says nothing for `silence_timeout_s` after the bot's turn is asked
+        again; after as long again, the bot says goodbye and ends the call."""
+        timeout_s = self.policy.silence_timeout_s
+        engine = self.engine
+        busy = (
+            engine.speaking
+            or engine.state is not TurnState.LISTENING
+            or self._response is not None
+            or self._digit_task is not None
+            or self._running is not None
+            or self.playback.audible()
+        )
+        if busy or timeout_s <= 0 or self._ending:
+            if engine.speaking:
+                self._silence_prompted = False
+            self._quiet_since = engine.position
+            return
+        if engine.position - self._quiet_since < timeout_s * RATE:
+            return
+        self._quiet_since = engine.position
+        if not self._silence_prompted and self.reprompt:
+            self._silence_prompted = True
+            self._start_response(None, canned=self.reprompt, kind="reprompt")
+        else:
+            self.say_goodbye("silence")
 
     def _keep_from(self) -> int:
         """The oldest caller audio still needed: the turn's, or a preroll's worth."""
@@ -394,9 +465,55 @@ class CascadeAgent:
         self._emit(CallerTurn(text=answer.text, start_ms=turn.start_ms, end_ms=turn.end_ms))
         if answer.farewell and self.farewell:
             # A fixed line, at once: a goodbye needs no model, and it must not ramble.
-            self._start_response(timing, canned=self.farewell, kind="farewell")
+            self._start_response(
+                timing, canned=self.farewell, kind="farewell", then=_EndCall("farewell")
+            )
+        elif self.policy.words and self.policy.transfer_to and wants_a_person(answer.text):
+            self._start_transfer("words", timing)
         else:
             self._start_response(timing, kind="answer")
+
+    # --- ending and handing over the call ---------------------------------------------
+
+    def say_goodbye(self, reason: EndReason) -> None:
+        """Say the farewell line, wait until Twilio has played it, end the call."""
+        self._emit(CallEnding(reason=reason))
+        self._start_response(
+            None, canned=self.farewell or DEFAULT_FAREWELL, kind="farewell", then=_EndCall(reason)
+        )
+
+    def _start_transfer(self, reason: TransferReason, timing: TurnTiming | None) -> None:
+        """Announce the transfer and make it once heard; or say it cannot be made."""
+        refusal = "no call controls" if self.controls is None else self.controls.transfer_refusal()
+        self._emit(TransferRequested(reason=reason, refused=refusal or ""))
+        if refusal is not None:
+            self._start_response(timing, canned=self.policy.transfer_refusal, kind="transfer")
+            return
+        self._start_response(
+            timing,
+            canned=self.policy.transfer_announcement,
+            kind="transfer",
+            then=_Transfer(reason),
+        )
+
+    async def _after_heard(self, turn: Turn, then: _EndCall | _Transfer) -> None:
+        """The reply before an end or a transfer has gone out: wait until Twilio has
+        played it (its marks echoed), then act."""
+        if isinstance(then, _EndCall):
+            self._ending = True
+        spoken_s = max(0.0, ((turn.end_ms or 0.0) - self.playback.now() / 8) / 1000)
+        if not await self.playback.played_out(spoken_s + PLAYED_OUT_SLACK_S):
+            log.warning("the bot's last words were not confirmed played; going on anyway")
+        if isinstance(then, _EndCall) and then.reason in ("farewell", "llm") and turn.truncated:
+            # The caller talked over the goodbye: they have more to say.
+            self._ending = False
+            return
+        assert self.controls is not None
+        if isinstance(then, _EndCall):
+            await self.controls.end_call(then.reason)
+            return
+        if not await self.controls.transfer(then.reason):
+            self._start_response(None, canned=self.policy.transfer_refusal, kind="transfer")
 
     # --- interruptions -----------------------------------------------------------------
 
@@ -449,7 +566,11 @@ class CascadeAgent:
                 self._bot_turn_over(self._response_turn)
         self.engine.caller_reset()
         self._committed_turn = self.conversation.add_digits(digits)
-        self._start_response(TurnTiming(speech_end=self.engine.position), kind="digits")
+        timing = TurnTiming(speech_end=self.engine.position)
+        if self.policy.transfer_key and digits == self.policy.transfer_key:
+            self._start_transfer("key", timing)
+            return
+        self._start_response(timing, kind="digits")
 
     # --- the bot's turn ----------------------------------------------------------------
 
@@ -460,7 +581,9 @@ class CascadeAgent:
         canned: str = "",
         note: str = "",
         kind: str = "answer",
+        then: _Then = None,
     ) -> None:
+        """`then`: what to do once the reply has been heard (end or transfer the call)."""
         if self._response is not None and not self._response.done():
             # One bot turn at a time: a newer turn supersedes the one still speaking.
             self._response.cancel()
@@ -469,7 +592,7 @@ class CascadeAgent:
         self._response_audible = False
         self.engine.reply_started()
         self._emit(ReplyStart(turn_id=turn.turn_id, kind=kind))
-        self._response = self._spawn(self._respond(turn, timing, canned, note), "respond")
+        self._response = self._spawn(self._respond(turn, timing, canned, note, then), "respond")
 
     async def _cancel_response(self, *, reason: str) -> None:
         task, self._response = self._response, None
@@ -482,13 +605,19 @@ class CascadeAgent:
         self._emit(ReplyCancelled(reason=reason))
 
     async def _respond(
-        self, turn: Turn, timing: TurnTiming | None, canned: str, note: str = ""
+        self,
+        turn: Turn,
+        timing: TurnTiming | None,
+        canned: str,
+        note: str = "",
+        then: _Then = None,
     ) -> None:
+        tool: ToolCall | None = None
         try:
             if canned:
                 await self._speak_canned(turn, canned, timing)
             else:
-                await self._generate(turn, timing, note)
+                tool = await self._generate(turn, timing, note)
         except* BackendError as group:
             for exc in group.exceptions:
                 self._failed(exc)
@@ -503,7 +632,7 @@ class CascadeAgent:
                 self._response = None
                 self.engine.reply_done()
         self._bot_turn_over(turn)
-        if timing is not None:
+        if timing is not None and tool is None:  # after a tool call, the next reply has it
             self.timings.append(timing)
             turn.latency = {
                 "end_of_turn_ms": timing.end_of_turn_ms,
@@ -522,6 +651,26 @@ class CascadeAgent:
                     mouth_to_mouth_ms=timing.mouth_to_mouth_ms,
                 )
             )
+        if tool is not None:
+            self._on_tool(tool, turn, timing)
+        elif then is not None and self._response_audible and self.controls is not None:
+            await self._after_heard(turn, then)
+
+    def _on_tool(self, tool: ToolCall, turn: Turn, timing: TurnTiming | None) -> None:
+        """The LLM called `end_call` or `transfer_call`: the same as the caller's words."""
+        self._emit(ToolCalled(tool=tool.name, arguments=tool.arguments[:200]))
+        if not turn.text and not turn.intended:
+            self.conversation.drop(turn)  # it said nothing: no empty bot turn in the history
+        if tool.name == "end_call":
+            self._emit(CallEnding(reason="llm"))
+            self._start_response(
+                timing,
+                canned=self.farewell or DEFAULT_FAREWELL,
+                kind="farewell",
+                then=_EndCall("llm"),
+            )
+        elif tool.name == "transfer_call":
+            self._start_transfer("llm", timing)
 
     def _bot_turn_over(self, turn: Turn) -> None:
         """The bot's turn is final (played out, failed, or cut to what was heard)."""
@@ -569,8 +718,13 @@ class CascadeAgent:
             turn.text = turn.intended
         return starts_at
 
-    async def _generate(self, turn: Turn, timing: TurnTiming | None, note: str = "") -> None:
-        """Write and speak a reply; `note` is a one-off instruction, not kept in history."""
+    async def _generate(
+        self, turn: Turn, timing: TurnTiming | None, note: str = ""
+    ) -> ToolCall | None:
+        """Write and speak a reply; `note` is a one-off instruction, not kept in history.
+
+        With tools offered, the model may call one instead of (or after) speaking: the
+        call is returned, never spoken, and what follows it is not spoken either."""
         started = time.perf_counter()
         clauses: asyncio.Queue[str | None] = asyncio.Queue()
         messages = self.conversation.messages()
@@ -578,12 +732,27 @@ class CascadeAgent:
             messages.append({"role": "system", "content": note})
 
         finished = asyncio.Event()  # the model's reply ended normally
+        called: list[ToolCall] = []
+        llm = self.models.llm
+        tools = isinstance(llm, ToolChat) and llm.offers_tools and self.controls is not None
+
+        async def deltas() -> AsyncIterator[str | ToolCall]:
+            if tools:
+                assert isinstance(llm, ToolChat)
+                async for item in llm.stream_tools(messages, CALL_TOOLS):
+                    yield item
+            else:
+                async for delta in llm.stream(messages):
+                    yield delta
 
         async def write() -> None:
             splitter = ClauseSplitter()
             first = True
             try:
-                async for delta in self.models.llm.stream(messages):
+                async for delta in deltas():
+                    if isinstance(delta, ToolCall):
+                        called.append(delta)
+                        break  # the call ends the reply: nothing after it is spoken
                     if first:
                         first = False
                         elapsed = time.perf_counter() - started
@@ -611,7 +780,7 @@ class CascadeAgent:
                     if timing is not None:
                         timing.tts_first_audio_ms = elapsed * 1000
                 await self._play(turn, pcm, clause, timing)
-            if first and finished.is_set():
+            if first and finished.is_set() and not called:
                 # Nothing speakable came back (empty, or only markup): the caller must not
                 # be left in silence after their turn. Treated as a failed reply.
                 raise LanguageModelError("the model's reply had nothing to say")
@@ -619,6 +788,7 @@ class CascadeAgent:
         async with asyncio.TaskGroup() as group:
             group.create_task(write())
             group.create_task(speak())
+        return called[0] if called else None
 
     # --- plumbing ----------------------------------------------------------------------
 

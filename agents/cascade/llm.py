@@ -17,12 +17,13 @@ import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 import httpx
 import openai
-from openai.types.chat import ChatCompletionMessageParam
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
 from agents.environment import SERVER_SECRETS, child_environment
 from agents.errors import BackendUnavailable, LanguageModelError
@@ -38,6 +39,39 @@ class ChatModel(Protocol):
         ...
 
 
+ToolsMode = Literal["auto", "on", "off"]
+Tool = dict[str, Any]  # an OpenAI-style tool: {"type": "function", "function": {...}}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """The model called a tool instead of (or after) speaking."""
+
+    name: str
+    arguments: str = ""  # JSON text, as the model wrote it
+
+
+@runtime_checkable
+class ToolChat(Protocol):
+    """A chat model that may be offered tools (OpenAI-style function calling)."""
+
+    @property
+    def offers_tools(self) -> bool:
+        """Tools are on for this endpoint (LLM_TOOLS, and the endpoint has not refused)."""
+        ...
+
+    def stream_tools(
+        self, messages: Sequence[Message], tools: Sequence[Tool]
+    ) -> AsyncIterator[str | ToolCall]:
+        """Text deltas, then at most one ToolCall per tool the model called."""
+        ...
+
+
+# Small models that do not do function calling write the call out as text. Such text
+# must not be spoken: a reply that starts like one is held back until it is complete.
+_TOOLISH_START = ("{", "[", "<tool", "```")
+
+
 class OpenAIChat:
     """Streams chat completions through the `openai` client."""
 
@@ -50,8 +84,11 @@ class OpenAIChat:
         max_tokens: int = 80,
         temperature: float = 0.3,
         first_token_timeout_s: float = 8.0,
+        tools: ToolsMode = "off",
     ) -> None:
         self.model = model
+        self._tools_mode = tools
+        self._tools_refused = False
         self._max_tokens = max_tokens
         self._temperature = temperature
         self._first_token_timeout = first_token_timeout_s
@@ -92,8 +129,108 @@ class OpenAIChat:
         except openai.OpenAIError as exc:
             raise LanguageModelError(f"{type(exc).__name__}: {exc}") from exc
 
+    @property
+    def offers_tools(self) -> bool:
+        return self._tools_mode == "on" or (self._tools_mode == "auto" and not self._tools_refused)
+
+    async def stream_tools(
+        self, messages: Sequence[Message], tools: Sequence[Tool]
+    ) -> AsyncIterator[str | ToolCall]:
+        """Like `stream`, with `tools` offered. With LLM_TOOLS=auto, an endpoint that
+        rejects the request (HTTP 4xx naming tools) is asked again without them, and
+        never offered tools again by this process."""
+        if not self.offers_tools:
+            async for delta in self.stream(messages):
+                yield delta
+            return
+        try:
+            async for item in self._stream_tools(messages, tools):
+                yield item
+        except _ToolsRefused as exc:
+            if self._tools_mode == "on":
+                raise LanguageModelError(f"{self.model} refused tools: {exc}") from exc
+            self._tools_refused = True
+            log.warning("LLM endpoint refused tool calls (%s); going on without tools", exc)
+            async for delta in self.stream(messages):
+                yield delta
+
+    async def _stream_tools(
+        self, messages: Sequence[Message], tools: Sequence[Tool]
+    ) -> AsyncIterator[str | ToolCall]:
+        calls: dict[int, list[str]] = {}  # index -> [name, arguments so far]
+        held: list[str] = []  # content that may be a tool call written out as text
+        judged = False
+        try:
+            async with asyncio.timeout(self._first_token_timeout):
+                response = await self._client.chat.completions.create(
+                    model=self.model,
+                    messages=cast("list[ChatCompletionMessageParam]", list(messages)),
+                    tools=cast("list[ChatCompletionToolParam]", list(tools)),
+                    max_tokens=self._max_tokens,
+                    temperature=self._temperature,
+                    stream=True,
+                )
+            async with response:
+                async for chunk in response:
+                    if not chunk.choices:
+                        continue
+                    delta = chunk.choices[0].delta
+                    for call in delta.tool_calls or ():
+                        entry = calls.setdefault(call.index, ["", ""])
+                        if call.function is not None:
+                            entry[0] += call.function.name or ""
+                            entry[1] += call.function.arguments or ""
+                    text = delta.content
+                    if not text:
+                        continue
+                    if judged and not held:
+                        yield text
+                        continue
+                    held.append(text)
+                    start = "".join(held).lstrip()
+                    if not start:
+                        continue
+                    if not judged:
+                        judged = True
+                        if not start.startswith(_TOOLISH_START):
+                            yield "".join(held)
+                            held.clear()
+        except TimeoutError as exc:
+            raise LanguageModelError(
+                f"no reply from {self.model} within {self._first_token_timeout:.1f} s"
+            ) from exc
+        except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
+            if "tool" in str(exc).lower() or "function" in str(exc).lower():
+                raise _ToolsRefused(str(exc)) from exc
+            raise LanguageModelError(f"{type(exc).__name__}: {exc}") from exc
+        except openai.OpenAIError as exc:
+            raise LanguageModelError(f"{type(exc).__name__}: {exc}") from exc
+        names = {_tool_name(t) for t in tools}
+        if held:
+            # Text that looked like a tool call: one of ours is taken as the call, and
+            # anything else is markup no caller should hear.
+            written = "".join(held)
+            for name in names:
+                if name in written:
+                    calls.setdefault(len(calls), [name, ""])
+                    break
+        for name, arguments in calls.values():
+            if name in names:
+                yield ToolCall(name=name, arguments=arguments)
+            else:
+                log.warning("LLM called an unknown tool %r; ignored", name[:40])
+
     async def aclose(self) -> None:
         await self._client.close()
+
+
+class _ToolsRefused(Exception):
+    """The endpoint rejected a request because it offered tools."""
+
+
+def _tool_name(tool: Tool) -> str:
+    function = tool.get("function")
+    return str(function.get("name", "")) if isinstance(function, dict) else ""
 
 
 LLM_NICENESS = 10

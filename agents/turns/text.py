@@ -10,6 +10,7 @@ __all__ = [
     "looks_unfinished",
     "sounds_finished",
     "takes_the_turn",
+    "wants_a_person",
 ]
 
 # Words a sentence does not end on ("what is it for?" ends on a question mark): someone
@@ -120,3 +121,23 @@ def takes_the_turn(text: str, *, speech_ms: int) -> bool:
     if len(words) >= 3 and speech_ms >= 800:
         return True
     return any(word in _TURN_TAKING_WORDS for word in words)
+
+
+# A caller asking for a human: "can I talk to a real person", "transfer me", "operator".
+_PERSON = (
+    r"(?:a |an |the |some |your )?(?:real |live |actual |human )?"
+    r"(?:person|human|someone|somebody|agent|representative|operator|manager|staff)"
+)
+_WANTS_PERSON = re.compile(
+    rf"\b(?:(?:speak|talk|chat)(?:ing)? (?:to|with) {_PERSON}"
+    rf"|(?:transfer|put|connect) me(?: through)?(?: to {_PERSON})?"
+    rf"|(?:get|give) me {_PERSON}"
+    rf"|^(?:an? |the )?(?:real |live |human )?(?:operator|agent|representative|human)"
+    rf"(?:,? please)?[.!]?$)"
+)
+
+
+def wants_a_person(text: str) -> bool:
+    """The caller asks to be put through to a human."""
+    lowered = " ".join(_WORD.findall(text.lower().replace("'", "'")))
+    return _WANTS_PERSON.search(lowered) is not None

@@ -6,6 +6,7 @@ from telephony.twiml import (
     connect_stream_twiml,
     dial_twiml,
     empty_twiml,
+    is_transfer_target,
     say_and_hangup_twiml,
 )
 
@@ -16,7 +17,7 @@ CALLBACK_URL = "https://bot.example.com/stream-status"
 def _stream(twiml: str) -> ET.Element:
     root = ET.fromstring(twiml)
     assert root.tag == "Response"
-    assert [child.tag for child in root] == ["Connect"]
+    assert [child.tag for child in root] == ["Connect", "Hangup"]
     connect = root[0]
     assert [child.tag for child in connect] == ["Stream"]
     return connect[0]
@@ -32,10 +33,11 @@ def test_connect_stream_twiml_is_response_connect_stream_with_the_url() -> None:
     assert stream.attrib == {"url": STREAM_URL}
 
 
-def test_connect_stream_twiml_has_nothing_after_connect() -> None:
+def test_connect_stream_twiml_hangs_up_once_the_stream_is_closed() -> None:
+    # Twilio runs the verb after </Connect> when our server closes the socket.
     root = ET.fromstring(connect_stream_twiml(STREAM_URL, {"a": "b"}))
 
-    assert [child.tag for child in root] == ["Connect"]
+    assert [child.tag for child in root] == ["Connect", "Hangup"]
 
 
 def test_connect_stream_twiml_passes_parameters_in_order() -> None:
@@ -151,6 +153,26 @@ def test_empty_twiml_is_an_empty_response() -> None:
 
 def test_dial_twiml_is_exactly_response_dial_number() -> None:
     assert dial_twiml("+15551234567") == "<Response><Dial>+15551234567</Dial></Response>"
+
+
+def test_dial_twiml_dials_a_sip_uri_with_sip() -> None:
+    assert dial_twiml("sip:desk@pbx.example.com;transport=tls") == (
+        "<Response><Dial><Sip>sip:desk@pbx.example.com;transport=tls</Sip></Dial></Response>"
+    )
+
+
+@pytest.mark.parametrize(
+    ("target", "ok"),
+    [
+        ("+15551234567", True),
+        ("sip:a@b.example.com:5061", True),
+        ("5551234", False),
+        ("sip:no-host", False),
+        ("sip:a@b.com <x>", False),
+    ],
+)
+def test_is_transfer_target_takes_numbers_and_sip_uris(target: str, ok: bool) -> None:
+    assert is_transfer_target(target) is ok
 
 
 @pytest.mark.parametrize(
