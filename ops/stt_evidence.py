@@ -55,6 +55,18 @@ LONG = (
     "How much does the delivery cost to Boston?",
 )
 GIBBERISH = ("Blorf vintak sumbery.", "Ka ta mo reesh.")
+# Callers who really say a phrase twice: must stay HEARD under the repetition rule.
+REPEATS = (
+    "I want to cancel, I want to cancel my order.",
+    "Hello? Hello? Can you hear me? Can you hear me?",
+    "I'm not going to be able to make it, I'm not going to be able to make it today.",
+)
+# A language tiny.en cannot follow: UNCLEAR is right.
+FOREIGN = (
+    ("es", "Hola, quisiera reservar una mesa para cuatro personas."),
+    ("es", "Buenas tardes, necesito hablar con alguien sobre mi factura."),
+    ("de", "Guten Tag, ich möchte einen Tisch für vier Personen reservieren."),
+)
 ESPEAK = (
     ("en-us", 140),
     ("en-us", 190),
@@ -149,6 +161,16 @@ def clips() -> Iterator[Clip]:
         yield Clip("garbled", f"reversed {text!r}", plain.speak(text)[::-1].copy())
     for text in GIBBERISH:
         yield Clip("garbled", f"nonsense {text!r}", plain.speak(text))
+    for text in REPEATS:
+        yield Clip("speech", f"{text} [espeak en-us 165]", plain.speak(text))
+        yield Clip("speech", f"{text} [piper]", CallerVoice("piper").speak(text))
+    for language, text in FOREIGN:
+        foreign = CallerVoice("espeak", 165, language).speak(text)
+        for lead_ms in (0, 7, 13):
+            lead = np.zeros(lead_ms * LINE_RATE // 1000, np.int16)
+            yield Clip(
+                "garbled", f"{language} {text!r} +{lead_ms} ms", np.concatenate((lead, foreign))
+            )
 
     yield Clip("noise", "digital silence 2 s", np.zeros(2 * LINE_RATE, np.int16))
     for kind, level in (("white", -60), ("white", -45), ("pink", -50), ("pink", -35)):

@@ -209,6 +209,16 @@ UNRELIABLE_LOGPROB = -1.5
 #   ignored. The longest non-speech the VAD passed was unprimed babble, 1.5 s.
 SPEECH_OUTWEIGHS_SILENCE_MS = 2000
 
+# - Speech Whisper cannot follow (espeak Spanish through calls and offline) also comes
+#   back as a sentence that says itself again ("I'm going to be doing this, and I'm
+#   going to be doing this.", "I'm not going to be able to do it, but I'm not going to
+#   do it.", "We are going to be doing this, and we will be doing this, and we will..."),
+#   at avg_logprob -0.87 to -1.22: Whisper's repetition loop, above UNRELIABLE_LOGPROB.
+#   Callers who really repeat a phrase ("I want to cancel, I want to cancel my order.",
+#   "Hello? Hello? Can you hear me? Can you hear me?", six clips) scored -0.08 to -0.38.
+REPEATED_WORDS = 4
+REPETITION_LOGPROB = -0.6
+
 # Whisper's captions for sounds, not speech: "[BLANK_AUDIO]", "(coughs)", "*sighs*", "♪".
 _SOUND_CAPTION = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*|♪")
 _WORD = re.compile(r"\w")
@@ -219,6 +229,19 @@ def spoken_words(text: str) -> bool:
     return _WORD.search(_SOUND_CAPTION.sub(" ", text)) is not None
 
 
+def repeats_itself(text: str, n: int = REPEATED_WORDS) -> bool:
+    """Whether the same `n` words in a row come twice in `text`, apart (case and
+    punctuation aside)."""
+    words = re.findall(r"[\w']+", text.lower())
+    first_seen: dict[tuple[str, ...], int] = {}
+    for i in range(len(words) - n + 1):
+        gram = tuple(words[i : i + n])
+        seen = first_seen.setdefault(gram, i)
+        if i - seen >= n:
+            return True
+    return False
+
+
 def assess(transcript: Transcript, *, speech_ms: int) -> Hearing:
     """Whether an utterance's transcript is what the caller said, judged on evidence.
 
@@ -227,7 +250,8 @@ def assess(transcript: Transcript, *, speech_ms: int) -> Hearing:
 
     NOTHING: too little speech for a word, or Whisper itself finds no speech (a high
     no_speech_prob that no confident words outweigh). UNCLEAR: speech, but no words or
-    words Whisper barely believes. HEARD: words to answer, in `transcript.text`.
+    words Whisper barely believes, or a doubtful sentence that repeats itself. HEARD:
+    words to answer, in `transcript.text`.
     """
     if speech_ms < MIN_SPEECH_MS:
         return Hearing.NOTHING
@@ -240,5 +264,7 @@ def assess(transcript: Transcript, *, speech_ms: int) -> Hearing:
             return Hearing.NOTHING
         return Hearing.UNCLEAR
     if not words or no_speech > UNRELIABLE_NO_SPEECH_PROB or logprob < UNRELIABLE_LOGPROB:
+        return Hearing.UNCLEAR
+    if logprob < REPETITION_LOGPROB and repeats_itself(transcript.text):
         return Hearing.UNCLEAR
     return Hearing.HEARD

@@ -24,6 +24,7 @@ from agents.cascade.stt import (
     assess,
     average_logprob,
     collapse_loop,
+    repeats_itself,
     spoken_words,
 )
 from app.assets import ModelCache
@@ -41,6 +42,16 @@ HEARD_CASES = [
     ("a hesitant but plausible word", Transcript("Yay", 0.40, avg_logprob=-1.37), 384),
     ("a question", Transcript("What time do you open on Saturday?", 0.18, -0.41), 2272),
     ("a fake's transcript: no evidence given is no doubt", Transcript("Bye.", 0.0), 800),
+    (
+        "a caller who says it twice, confidently",
+        Transcript("I want to cancel. I want to cancel my order.", 0.26, avg_logprob=-0.18),
+        2900,
+    ),
+    (
+        "a doubtful sentence that does not repeat itself",
+        Transcript("I'm going to be able to make it today.", 0.3, avg_logprob=-1.2),
+        2500,
+    ),
 ]
 
 UNCLEAR_CASES = [
@@ -54,6 +65,18 @@ UNCLEAR_CASES = [
         "seconds of speech Whisper cannot follow (French to tiny.en)",
         Transcript("I'm going to be doing it.", 0.65, avg_logprob=-1.9),
         3008,
+    ),
+    (
+        "Whisper's repetition loop on Spanish it cannot follow (measured in a call)",
+        Transcript("I'm not going to be able to do it, but I'm not going to do it.", 0.46, -1.22),
+        3140,
+    ),
+    (
+        "a repetition loop Whisper half believes (espeak Spanish, offline)",
+        Transcript(
+            "We are going to be doing this, and we will be doing this, and we will", 0.47, -0.87
+        ),
+        3300,
     ),
 ]
 
@@ -92,6 +115,21 @@ def test_no_speech_evidence_is_nothing(transcript: Transcript, speech_ms: int) -
 )
 def test_no_phrase_is_dropped_for_what_it_says(text: str) -> None:
     assert assess(Transcript(text, 0.2, avg_logprob=-0.3), speech_ms=600) is Hearing.HEARD
+
+
+@pytest.mark.parametrize(
+    ("text", "repeats"),
+    [
+        ("I'm going to be doing this, and I'm going to be doing this.", True),
+        ("Can you hear me? Can you hear me?", True),
+        ("I want to cancel my order.", False),
+        ("Bye bye bye bye", False),  # one word four times: a loop `collapse_loop` handles
+        ("yes yes yes yes yes yes yes yes", True),
+        ("to be or not to be", False),  # two words again, not four
+    ],
+)
+def test_a_sentence_repeats_itself_when_four_words_come_again(text: str, repeats: bool) -> None:
+    assert repeats_itself(text) is repeats
 
 
 def test_the_shortest_word_the_vad_measured_counts_as_speech() -> None:
