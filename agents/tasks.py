@@ -1,9 +1,29 @@
-"""Cancelling a task without swallowing our own cancellation."""
+"""Cancelling a task without swallowing our own cancellation, or leaking its frames."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+async def shed_traceback(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro`; when it is cancelled, let its CancelledError go on without the
+    traceback it gathered inside.
+
+    On Python 3.11 a CancelledError that leaves a TaskGroup is held by the group's
+    `__aexit__` frame, which its own traceback holds: a reference cycle. Every frame on
+    that traceback (a call's session, its agent, their audio) then lives until Python's
+    rare full collection: the server grew by ~10 MB a call and fell back by ~100 MB
+    every ten or so (`offhook bench memory`). A task that is cancelled is done; nobody
+    reads where inside it the cancellation found it.
+    """
+    try:
+        return await coro
+    except asyncio.CancelledError as cancelled:
+        raise cancelled.with_traceback(None) from None
 
 
 async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:

@@ -49,7 +49,7 @@ from agents.events import TurnTiming as TurnTimingEvent
 from agents.inputs import Digits
 from agents.playback import PHONE_RATE, Playback
 from agents.scheduler import ModelScheduler
-from agents.tasks import cancel_and_wait
+from agents.tasks import cancel_and_wait, shed_traceback
 from agents.turns.audio import CallerAudio
 from agents.turns.engine import (
     Answer,
@@ -273,6 +273,10 @@ class CascadeAgent:
                     self._running.task.cancel()
                 self.models.scheduler.forget(self)
                 self._serving = False
+        # A cancelled task keeps its CancelledError, whose traceback holds this frame
+        # (and so this agent), and the group holds the task: a cycle that kept a whole
+        # call (its audio, front end, record buffers) until Python's rare full GC.
+        self._tasks = None
 
     @property
     def running(self) -> bool:
@@ -800,7 +804,7 @@ class CascadeAgent:
 
     def _spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
         assert self._tasks is not None, "the agent is not running"
-        return self._tasks.create_task(coro, name=name)
+        return self._tasks.create_task(shed_traceback(coro), name=name)
 
 
 def _hearing(transcript: Transcript, speech_ms: int) -> Hearing:
