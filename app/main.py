@@ -19,6 +19,7 @@ from agents.duplex.supervisor import WorkerSupervisor
 from agents.loading import load_models
 from app.call import CallSession
 from app.call_status import call_status_callback
+from app.heap import settle as settle_heap
 from app.metrics import CONTENT_TYPE
 from app.outbound import amd_callback, calls_endpoint, deliver_early, stream_parameters
 from app.paths import (
@@ -186,6 +187,7 @@ async def media_stream(websocket: WebSocket) -> None:
         services.metrics.calls.labels(outcome=outcome).inc()
         await stream.close(POLICY_VIOLATION if outcome == "flood" else 1000)
         log.info("call %s ended: %s", start.call_sid, outcome)
+        services.sweeper.call_ended()
 
 
 async def _started_stream(
@@ -346,6 +348,7 @@ def create_app(
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+                services.sweeper.close()
 
     app = Starlette(
         routes=[
@@ -389,5 +392,6 @@ async def _load(services: Services, stack: AsyncExitStack) -> None:
     # Calls run their model jobs through the app's scheduler, which feeds /metrics.
     models.scheduler = services.scheduler
     services.models = models
+    settle_heap()
     services.ready.set()
     log.info("models loaded; ready for calls")

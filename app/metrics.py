@@ -79,6 +79,13 @@ class Metrics:
             registry=r,
         )
 
+        self.gc_seconds = Histogram(
+            "offhook_gc_pause_seconds",
+            "Full garbage-collection passes after calls end (app/heap.py), on the event loop.",
+            buckets=_QUEUE_BUCKETS,
+            registry=r,
+        )
+
     def model_waited(self, stage: str, seconds: float) -> None:
         """`ModelScheduler`'s on_wait hook (called in a model thread; thread-safe)."""
         self.model_queue_seconds.labels(stage=stage).observe(seconds)

@@ -18,6 +18,7 @@ from agents.events import CallStatus
 from agents.loading import load_models
 from agents.scheduler import ModelScheduler
 from app.admission import Admission
+from app.heap import CallSweeper
 from app.metrics import Metrics
 from app.settings import Settings
 from recordings.privacy import mask_number
@@ -54,6 +55,7 @@ class Services:
         token = self.settings.twilio_auth_token
         self.validator = WebhookValidator(token) if token else None
         self.ready = asyncio.Event()
+        self.sweeper = CallSweeper(on_sweep=self.metrics.gc_seconds.observe)
         # Live calls only: a finished call's session holds its audio buffers, so it is
         # forgotten at once; what is kept of it is its record and the metrics.
         self.calls: dict[str, CallSession] = {}
