@@ -234,6 +234,7 @@ def _tool_name(tool: Tool) -> str:
 
 
 LLM_NICENESS = 10
+LLM_PROMPT_CACHE_BYTES = 16 << 20  # KV bytes: two or three prompts
 
 
 def _die_with_parent() -> None:
@@ -321,6 +322,12 @@ class EmbeddedLlamaServer:
             str(self.threads),
             "--cache",
             "true",
+            # The prompt cache lets calls that take turns on this one model resume their
+            # own prompts. Its cap (llama_cpp's default: 2 GB) counts each state's KV
+            # only (SmolLM2-135M: ~7 MB at 300 tokens), not the logits kept beside it
+            # (tokens x vocabulary floats: ~60 MB), so the child grew call after call.
+            "--cache_size",
+            str(LLM_PROMPT_CACHE_BYTES),
             "--verbose",
             "false",
         ]
