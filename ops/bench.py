@@ -16,6 +16,8 @@
     offhook bench lanes     front-end frame latency while the models run, one shared
                             thread pool vs the front-end lanes and the model scheduler
                             (ops/bench_lanes.py)
+    offhook bench memory    server RSS over 100+ answered calls, sequential and
+                            concurrent: MB per 10 calls after warm-up (ops/bench_memory.py)
 
 `call` starts the bot in-process on 127.0.0.1 (or dials `--url`), plays a Twilio caller
 with espeak speech through 8 kHz mu-law, and reads every figure off the simulated
@@ -376,7 +378,22 @@ def main(argv: list[str] | None = None) -> int:
     from ops.bench_lanes import bench_lanes, print_lanes
 
     lanes = add_lanes_parser(sub)
-    for p in (call, frontend, recorder, units, takeover, pool, *hearing_parsers, lanes, turns):
+    from ops.bench_memory import add_parser as add_memory_parser
+    from ops.bench_memory import bench_memory
+
+    memory = add_memory_parser(sub)
+    for p in (
+        call,
+        frontend,
+        recorder,
+        units,
+        takeover,
+        pool,
+        *hearing_parsers,
+        lanes,
+        turns,
+        memory,
+    ):
         p.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     from ops.bench_duplex import bench_pool, bench_takeover
@@ -392,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         "stt": bench_stt,
         "lanes": bench_lanes,
         "turns": bench_turns,
+        "memory": bench_memory,
     }
     result = runs[args.what](args)
     show = print_lanes if args.what == "lanes" else _print
