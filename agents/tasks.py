@@ -17,13 +17,26 @@ async def shed_traceback(coro: Coroutine[Any, Any, T]) -> T:
     `__aexit__` frame, which its own traceback holds: a reference cycle. Every frame on
     that traceback (a call's session, its agent, their audio) then lives until Python's
     rare full collection: the server grew by ~10 MB a call and fell back by ~100 MB
-    every ten or so (`offhook bench memory`). A task that is cancelled is done; nobody
+    every ten or so (`offhook bench soak`). A task that is cancelled is done; nobody
     reads where inside it the cancellation found it.
     """
     try:
         return await coro
     except asyncio.CancelledError as cancelled:
         raise cancelled.with_traceback(None) from None
+
+
+def create_task(
+    group: asyncio.TaskGroup, coro: Coroutine[Any, Any, T], *, name: str
+) -> asyncio.Task[T]:
+    """`group.create_task(coro)` under `shed_traceback`.
+
+    A task cancelled before its first step never starts its wrapper, so `coro` would
+    never be awaited (and warn so when collected): it is closed once the task is done.
+    """
+    task = group.create_task(shed_traceback(coro), name=name)
+    task.add_done_callback(lambda _: coro.close())
+    return task
 
 
 async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:

@@ -34,7 +34,7 @@ from agents.events import (
 )
 from agents.inputs import Digits
 from agents.playback import Playback
-from agents.tasks import cancel_and_wait, shed_traceback
+from agents.tasks import cancel_and_wait, create_task
 from agents.turns.settings import turn_taking
 from app.control import Ended, SessionControls, rest_client
 from app.limits import KeypadLimit, MediaPace
@@ -227,9 +227,9 @@ class CallSession:
         self._record(StreamStart(stream_sid=self.start.stream_sid, tracks=list(self.start.tracks)))
         try:
             async with asyncio.TaskGroup() as tasks:
-                frontend = tasks.create_task(shed_traceback(self._frontend_loop()), name="frontend")
-                agent = tasks.create_task(shed_traceback(self._serve()), name="agent")
-                limit = tasks.create_task(shed_traceback(self._time_limit()), name="max-call")
+                frontend = create_task(tasks, self._frontend_loop(), name="frontend")
+                agent = create_task(tasks, self._serve(), name="agent")
+                limit = create_task(tasks, self._time_limit(), name="max-call")
                 await self._receive_loop()
                 # The caller is gone: nothing more to say or hear.
                 await cancel_and_wait(limit)

@@ -332,6 +332,7 @@ def create_app(
             if services.models is None:
                 background.append(asyncio.create_task(_load(services, stack), name="load-models"))
             else:
+                settle_heap()
                 services.ready.set()
             if local_workers is not None:
                 # The gateway's own models load meanwhile (workers may need its LLM).

@@ -49,7 +49,7 @@ from agents.events import TurnTiming as TurnTimingEvent
 from agents.inputs import Digits
 from agents.playback import PHONE_RATE, Playback
 from agents.scheduler import ModelScheduler
-from agents.tasks import cancel_and_wait, shed_traceback
+from agents.tasks import cancel_and_wait, create_task
 from agents.turns.audio import CallerAudio
 from agents.turns.engine import (
     Answer,
@@ -804,7 +804,7 @@ class CascadeAgent:
 
     def _spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
         assert self._tasks is not None, "the agent is not running"
-        return self._tasks.create_task(shed_traceback(coro), name=name)
+        return create_task(self._tasks, coro, name=name)
 
 
 def _hearing(transcript: Transcript, speech_ms: int) -> Hearing:

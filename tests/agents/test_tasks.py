@@ -6,7 +6,7 @@ import asyncio
 import gc
 import weakref
 
-from agents.tasks import cancel_and_wait, shed_traceback
+from agents.tasks import cancel_and_wait, create_task, shed_traceback
 
 
 class _Payload:
@@ -71,3 +71,17 @@ async def test_what_the_task_returns_or_raises_passes_through() -> None:
         assert str(exc) == "no"
     else:
         raise AssertionError("the error was swallowed")
+
+
+async def test_a_task_cancelled_before_it_starts_leaves_no_unawaited_coroutine() -> None:
+    started: list[bool] = []
+
+    async def work() -> None:
+        started.append(True)
+
+    coro = work()
+    async with asyncio.TaskGroup() as group:
+        task = create_task(group, coro, name="never-started")
+        task.cancel()  # before its first step
+    assert task.cancelled() and started == []
+    assert coro.cr_frame is None, "the coroutine was left open: 'never awaited' on collection"
