@@ -46,6 +46,7 @@ class PiperSpeaker:
         # a small cache makes those instant.
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_lock = threading.Lock()
+        self._cache_bytes = 0
 
     def synthesize(self, text: str) -> np.ndarray:
         with self._cache_lock:
@@ -62,13 +63,19 @@ class PiperSpeaker:
         audio.setflags(write=False)  # shared through the cache
         if len(text) <= CACHED_CLAUSE_CHARS:
             with self._cache_lock:
+                if text not in self._cache:
+                    self._cache_bytes += audio.nbytes
                 self._cache[text] = audio
-                if len(self._cache) > CACHE_ENTRIES:
-                    self._cache.popitem(last=False)
+                while self._cache_bytes > CACHE_BYTES:
+                    _, dropped = self._cache.popitem(last=False)
+                    self._cache_bytes -= dropped.nbytes
         return audio
 
 
-CACHE_ENTRIES = 256
+# Bounded in bytes, not entries: a clause of 60 characters is ~3 s of float32 audio
+# (~300 kB), so 256 of them grew the server by up to ~80 MB over the first few hundred
+# calls (`offhook bench soak`).
+CACHE_BYTES = 8 << 20
 CACHED_CLAUSE_CHARS = 60
 _LEAD_THRESHOLD = 10 ** (-45 / 20)  # -45 dBFS
 
