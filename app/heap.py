@@ -6,7 +6,7 @@ cyclic garbage collector, not by reference counting. That collector's full pass 
 only after ten passes of the middle generation *and* once the objects that survived
 earlier passes have grown by a quarter; with the models' objects counted among those,
 that took about thirty calls on the bundled models, each call held whole meanwhile
-(`offhook bench memory`: the server's RSS rose ~10 MB a call, then fell ~100 MB).
+(`offhook bench soak`: the server's RSS rose ~10 MB a call, then fell ~100 MB).
 
 So: once the models are loaded, what loading left is frozen (neither counted nor
 scanned again), and a call's end schedules one full pass, a moment later, so that the

@@ -16,8 +16,10 @@
     offhook bench lanes     front-end frame latency while the models run, one shared
                             thread pool vs the front-end lanes and the model scheduler
                             (ops/bench_lanes.py)
-    offhook bench memory    server RSS over 100+ answered calls, sequential and
-                            concurrent: MB per 10 calls after warm-up (ops/bench_memory.py)
+    offhook bench soak      server RSS over 100+ answered calls, sequential and
+                            concurrent: MB per 10 calls after warm-up (ops/bench_soak.py)
+    offhook bench abuse     each attack of a stranger beside a live call: its underruns,
+                            mouth-to-mouth and the server's RSS (ops/bench_abuse.py)
 
 `call` starts the bot in-process on 127.0.0.1 (or dials `--url`), plays a Twilio caller
 with espeak speech through 8 kHz mu-law, and reads every figure off the simulated
@@ -378,10 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     from ops.bench_lanes import bench_lanes, print_lanes
 
     lanes = add_lanes_parser(sub)
-    from ops.bench_memory import add_parser as add_memory_parser
-    from ops.bench_memory import bench_memory
+    from ops.bench_abuse import add_parser as add_abuse_parser
+    from ops.bench_abuse import bench_abuse
+    from ops.bench_soak import add_parser as add_soak_parser
+    from ops.bench_soak import bench_soak
 
-    memory = add_memory_parser(sub)
+    soak = add_soak_parser(sub)
+    abuse = add_abuse_parser(sub)
     for p in (
         call,
         frontend,
@@ -392,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
         *hearing_parsers,
         lanes,
         turns,
-        memory,
+        soak,
+        abuse,
     ):
         p.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
@@ -409,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
         "stt": bench_stt,
         "lanes": bench_lanes,
         "turns": bench_turns,
-        "memory": bench_memory,
+        "soak": bench_soak,
+        "abuse": bench_abuse,
     }
     result = runs[args.what](args)
     show = print_lanes if args.what == "lanes" else _print

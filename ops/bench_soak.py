@@ -1,6 +1,6 @@
-"""`offhook bench memory` — does the server keep memory, call after call?
+"""`offhook bench soak` — does the server keep memory, call after call?
 
-    offhook bench memory [--warmup 10] [--calls 100] [--rounds 5] [--concurrent 4]
+    offhook bench soak [--warmup 10] [--calls 100] [--rounds 5] [--concurrent 4]
 
 Starts `offhook serve` as a process of its own, so that what is measured is the
 server's memory and nothing of the bench's, then calls it through the Twilio protocol
@@ -137,6 +137,19 @@ class Server:
                 await asyncio.sleep(0.1)
         raise TimeoutError("calls still active on the server")
 
+    def gc_pauses(self) -> tuple[int, float]:
+        """How many post-call GC passes the server ran, and their total seconds."""
+        text = httpx.get(f"{self.url}/metrics", timeout=5).text
+        values = {}
+        for line in text.splitlines():
+            if line.startswith(("offhook_gc_pause_seconds_count", "offhook_gc_pause_seconds_sum")):
+                name, value = line.rsplit(" ", 1)
+                values[name] = float(value)
+        return (
+            int(values.get("offhook_gc_pause_seconds_count", 0)),
+            values.get("offhook_gc_pause_seconds_sum", 0.0),
+        )
+
     def rss(self) -> tuple[float, float]:
         return rss_mb(self.process.pid), children_rss_mb(self.process.pid)
 
@@ -199,6 +212,7 @@ async def run(args: argparse.Namespace, server: Server) -> dict[str, object]:
         await server.wait_idle()
         rounds.append(server.rss()[0])
         print(f"round {round_index + 1}/{args.rounds}: server {rounds[-1]:.1f} MB", flush=True)
+    gc_count, gc_sum = server.gc_pauses()
     slope, spread = trend_mb_per_10(sequential)
     half = len(sequential) // 2
     return {
@@ -214,16 +228,19 @@ async def run(args: argparse.Namespace, server: Server) -> dict[str, object]:
         "rss_largest_deviation_mb": round(spread, 1),
         "rss_rounds_mb": [round(r, 1) for r in rounds],
         "rss_rounds_trend_mb_per_round": round(trend_mb_per_10(rounds)[0] / 10, 2),
+        "gc_passes": gc_count,
+        "gc_pause_mean_ms": round(1000 * gc_sum / gc_count, 1) if gc_count else float("nan"),
         "llm_rss_first_mb": round(llm[0], 1) if llm else float("nan"),
         "llm_rss_last_mb": round(llm[-1], 1) if llm else float("nan"),
         "llm_rss_trend_second_half_mb_per_10_calls": round(trend_mb_per_10(llm[half:])[0], 3),
+        "rss_every_10_calls_mb": [round(r, 1) for r in sequential[9::10]],
         "rss_sequential_mb": [round(r, 1) for r in sequential],
         "llm_rss_sequential_mb": [round(r, 1) for r in llm],
     }
 
 
-def bench_memory(args: argparse.Namespace) -> dict[str, object]:
-    with tempfile.TemporaryDirectory(prefix="offhook-bench-memory-") as data:
+def bench_soak(args: argparse.Namespace) -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix="offhook-bench-soak-") as data:
         server = Server(Path(data))
         try:
             server.wait_ready()
@@ -233,9 +250,9 @@ def bench_memory(args: argparse.Namespace) -> dict[str, object]:
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    memory = sub.add_parser("memory", help="server RSS over many answered calls (a soak)")
-    memory.add_argument("--warmup", type=int, default=10, help="calls before measuring")
-    memory.add_argument("--calls", type=int, default=100, help="sequential calls measured")
-    memory.add_argument("--rounds", type=int, default=5, help="rounds of concurrent calls")
-    memory.add_argument("--concurrent", type=int, default=4, help="calls per round")
-    return memory
+    soak = sub.add_parser("soak", help="server RSS over many answered calls")
+    soak.add_argument("--warmup", type=int, default=10, help="calls before measuring")
+    soak.add_argument("--calls", type=int, default=100, help="sequential calls measured")
+    soak.add_argument("--rounds", type=int, default=5, help="rounds of concurrent calls")
+    soak.add_argument("--concurrent", type=int, default=4, help="calls per round")
+    return soak
