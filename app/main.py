@@ -30,6 +30,7 @@ from app.paths import (
     STATUS_PATH,
     VOICE_PATH,
 )
+from app.refusal_log import RefusalLog
 from app.services import Services, open_pool
 from app.settings import Settings
 from app.webhook import CALL_SID, Refused, base_url, party, signed_form
@@ -134,7 +135,11 @@ async def media_stream(websocket: WebSocket) -> None:
         signature = websocket.headers.get("x-twilio-signature")
         if not services.validator.validate_stream(url, signature):
             services.metrics.rejected_calls.labels(reason="bad_signature").inc()
-            log.warning("media stream: invalid handshake signature from %s", websocket.client)
+            services.refusals.warning(
+                "stream signature",
+                "media stream: invalid handshake signature from %s",
+                websocket.client,
+            )
             await websocket.close(code=POLICY_VIOLATION)  # before accept: an HTTP 403
             return
     # Sockets waiting for `start` are few and short-lived: beyond the limit, refuse.
@@ -197,15 +202,15 @@ async def _started_stream(
 
     def report(exc: ProtocolError) -> None:
         services.metrics.protocol_errors.labels(kind=exc.kind).inc()
-        log.warning("media stream: %s (%s)", exc, exc.kind)
+        services.refusals.warning("protocol", "media stream: %s (%s)", exc, exc.kind)
 
     stream = TwilioStream(websocket, report)
-    start = await _await_start(stream)
+    start = await _await_start(stream, services.refusals)
     reason = _refusal(services, start)
     if reason is not None or start is None:
         if reason is not None:
             services.metrics.rejected_calls.labels(reason=reason).inc()
-        log.warning("media stream refused: %s", reason or "no start event")
+        services.refusals.warning("stream", "media stream refused: %s", reason or "no start event")
         await stream.close(POLICY_VIOLATION, reason or "no start event")
         return stream, None
     if services.models is None:
@@ -273,16 +278,18 @@ async def _start_record(services: Services, start: Start) -> CallRecorder | None
         return None
 
 
-async def _await_start(stream: TwilioStream) -> Start | None:
+async def _await_start(stream: TwilioStream, refusals: RefusalLog) -> Start | None:
     try:
         async with asyncio.timeout(START_TIMEOUT_S):
             while (event := await stream.receive()) is not None:
                 if isinstance(event, Start):
                     return event
                 if not isinstance(event, Connected):
-                    log.warning("media stream: %s before start ignored", type(event).__name__)
+                    refusals.warning(
+                        "stream", "media stream: %s before start ignored", type(event).__name__
+                    )
     except TimeoutError:
-        log.warning("media stream: no start event within %.0f s", START_TIMEOUT_S)
+        refusals.warning("stream", "media stream: no start event within %.0f s", START_TIMEOUT_S)
     return None
 
 

@@ -129,7 +129,9 @@ async def calls_endpoint(request: Request) -> Response:
     if not settings.calls_api_token:
         return JSONResponse({"error": "POST /calls is off: CALLS_API_TOKEN is not set"}, 403)
     if not _bearer_ok(request, settings.calls_api_token):
-        log.warning("POST /calls: missing or wrong bearer token from %s", request.client)
+        services.refusals.warning(
+            "calls token", "POST /calls: missing or wrong bearer token from %s", request.client
+        )
         return JSONResponse(
             {"error": "a valid bearer token is required"},
             401,

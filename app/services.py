@@ -20,6 +20,7 @@ from agents.scheduler import ModelScheduler
 from app.admission import Admission
 from app.heap import CallSweeper
 from app.metrics import Metrics
+from app.refusal_log import RefusalLog
 from app.settings import Settings
 from recordings.privacy import mask_number
 from telephony.security import CallTokens, WebhookValidator
@@ -56,6 +57,8 @@ class Services:
         self.validator = WebhookValidator(token) if token else None
         self.ready = asyncio.Event()
         self.sweeper = CallSweeper(on_sweep=self.metrics.gc_seconds.observe)
+        # Refused requests are counted in the metrics; the log gets a few a minute.
+        self.refusals = RefusalLog(logging.getLogger("app.refusals"))
         # Live calls only: a finished call's session holds its audio buffers, so it is
         # forgotten at once; what is kept of it is its record and the metrics.
         self.calls: dict[str, CallSession] = {}

@@ -163,7 +163,12 @@ async def signed_form(request: Request, services: Services, path: str) -> Webhoo
         valid = await asyncio.to_thread(services.validator.validate, url, form, signature)
         if not valid:
             services.metrics.rejected_calls.labels(reason="bad_signature").inc()
-            log.warning("%s: invalid X-Twilio-Signature from %s", path, request.client)
+            services.refusals.warning(
+                "webhook signature",
+                "%s: invalid X-Twilio-Signature from %s",
+                path,
+                request.client,
+            )
             raise Refused(403, "invalid signature")
     return form
 

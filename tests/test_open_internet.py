@@ -202,6 +202,32 @@ async def test_signatures_are_checked_against_public_url_never_the_host_header(
     assert genuine.status_code == 200 and "wss://bot.example.com/twilio/media" in genuine.text
 
 
+async def test_a_flood_of_forged_webhooks_is_counted_not_logged_line_by_line(
+    bot: Bot, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A log line per forged request fills the operator's disk, and a server whose
+    # stderr pipe is not drained fast enough stalls its event loop on the write.
+    async with httpx.AsyncClient() as client:
+        with caplog.at_level(logging.INFO):
+            for _ in range(5):
+                answers = await asyncio.gather(
+                    *(
+                        client.post(
+                            f"{bot.url}/twilio/voice",
+                            data=webhook_params(),
+                            headers={"X-Twilio-Signature": "Zm9yZ2Vk"},
+                        )
+                        for _ in range(10)
+                    )
+                )
+                assert {a.status_code for a in answers} == {403}
+        metrics = (await client.get(f"{bot.url}/metrics")).text
+    warned = [r for r in caplog.records if "invalid X-Twilio-Signature" in r.getMessage()]
+    assert 1 <= len(warned) <= 5
+    counted = re.search(r'offhook_rejected_calls_total\{reason="bad_signature"\} (\S+)', metrics)
+    assert counted is not None and float(counted.group(1)) >= 50
+
+
 # --- 2. bounded before parsing --------------------------------------------------------
 
 
