@@ -1,10 +1,12 @@
 """`offhook bench abuse` — what a stranger's traffic costs a live call.
 
-    offhook bench abuse [--attacks huge-body,multipart,...]
+    offhook bench abuse [--attacks huge-body,multipart,...] [--warmup 20]
 
-Starts `offhook serve` as its own process (signed mode, as on the internet) and, for
-each attack, places a real call through the Twilio protocol (greeting, two questions)
-while the attack runs beside it. First one call with no attack: the baseline. For each
+Starts `offhook serve` as its own process (signed mode, as on the internet), warms it
+with `--warmup` calls (the first calls fill bounded caches), and, for each attack,
+places a real call through the Twilio protocol (greeting, two questions) while the
+attack runs beside it. `--attacks none,none,...` runs the same calls with no attack:
+the control for RSS. First one call with no attack: the baseline. For each
 run: the live call's playout underruns and mouth-to-mouth at the caller's ear, whether
 its questions were answered, how the server refused the attack, and the server's RSS
 before and after (read once the calls have ended). Target: no underrun, mouth-to-mouth
@@ -29,7 +31,7 @@ import httpx
 import websockets
 from websockets.asyncio.client import connect
 
-from ops.bench_soak import Server
+from ops.bench_soak import Server, one_call
 from ops.measure import BENCH_TOKEN, QUESTIONS, machine
 from ops.simulate import CallerTurn, CallReport, SimulationConfig, parse_twiml, simulate_call
 from telephony.peer import TwilioEventWriter
@@ -69,6 +71,9 @@ class Attacker:
             self._count("reset")
         finally:
             writer.close()
+
+    async def nothing(self) -> None:
+        """No attack: the control, for what a live call alone moves RSS by."""
 
     async def huge_body(self) -> None:
         """Webhooks declaring a 1 GB body, signature and all, 20 at once."""
@@ -239,6 +244,7 @@ ATTACKS: dict[str, Callable[[Attacker], Awaitable[None]]] = {
     "media-flood": Attacker.media_flood,
     "timestamp-jump": Attacker.timestamp_jump,
     "dtmf-flood": Attacker.dtmf_flood,
+    "none": Attacker.nothing,  # not run unless named: `--attacks none,none,...` (control)
 }
 
 
@@ -267,9 +273,14 @@ def _row(name: str, report: CallReport, before: float, after: float) -> dict[str
     }
 
 
-async def run(server: Server, names: list[str]) -> dict[str, object]:
+async def run(server: Server, names: list[str], warmup: int) -> dict[str, object]:
     await server.wait_idle()
-    baseline = await live_call(server.url)  # also warms the models up
+    # The first ~20-30 calls fill bounded caches (TTS clauses, llama.cpp prompts, glibc
+    # arenas; see `offhook bench soak`): RSS from then on is what attacks could move.
+    for index in range(warmup):
+        await one_call(server.url, index)
+        await server.wait_idle()
+    baseline = await live_call(server.url)
     await server.wait_idle()
     rows = [_row("none (baseline)", baseline, server.rss()[0], server.rss()[0])]
     refusals: dict[str, dict[str, int]] = {}
@@ -284,11 +295,11 @@ async def run(server: Server, names: list[str]) -> dict[str, object]:
         rows.append(_row(name, report, before, server.rss()[0]))
         refusals[name] = attacker.refusals
         print(rows[-1], attacker.refusals, flush=True)
-    return {"machine": machine(), "runs": rows, "refusals": refusals}
+    return {"machine": machine(), "warmup_calls": warmup, "runs": rows, "refusals": refusals}
 
 
 def bench_abuse(args: argparse.Namespace) -> dict[str, object]:
-    names = args.attacks.split(",") if args.attacks else list(ATTACKS)
+    names = args.attacks.split(",") if args.attacks else [n for n in ATTACKS if n != "none"]
     unknown = [n for n in names if n not in ATTACKS]
     if unknown:
         raise SystemExit(f"unknown attacks {unknown}; known: {', '.join(ATTACKS)}")
@@ -296,11 +307,11 @@ def bench_abuse(args: argparse.Namespace) -> dict[str, object]:
         server = Server(Path(data))
         try:
             server.wait_ready()
-            result = asyncio.run(run(server, names))
+            result = asyncio.run(run(server, names, args.warmup))
         finally:
             server.close()
-    for row in result["runs"]:  # type: ignore[attr-defined]
-        result[f"{row['attack']}"] = (
+    for index, row in enumerate(result["runs"]):  # type: ignore[attr-defined]
+        result[f"{index}. {row['attack']}"] = (
             f"answered {row['answered']}, underruns {row['underrun_ms']} ms, "
             f"m2m p50 {row['mouth_to_mouth_p50_ms']} ms, "
             f"RSS {row['rss_before_mb']} -> {row['rss_after_mb']} MB"
@@ -311,4 +322,7 @@ def bench_abuse(args: argparse.Namespace) -> dict[str, object]:
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     abuse = sub.add_parser("abuse", help="attacks beside a live call: its underruns, latency, RSS")
     abuse.add_argument("--attacks", default="", help=f"comma-separated, of: {', '.join(ATTACKS)}")
+    abuse.add_argument(
+        "--warmup", type=int, default=20, help="calls before the baseline (caches fill)"
+    )
     return abuse

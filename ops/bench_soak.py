@@ -32,6 +32,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from app.heap import SWEEP_DELAY_S
 from ops.measure import BENCH_TOKEN, QUESTIONS, machine
 from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call
 
@@ -100,11 +101,14 @@ class Server:
             "LLM_MAX_TOKENS": str(MAX_TOKENS),
             "LOG_LEVEL": "WARNING",
         }
+        # A file, not a pipe: a pipe nobody reads fills at 64 kB and then blocks the
+        # server's loop on its next log line.
+        self._log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "serve"],
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=self._log,
             start_new_session=True,
         )
 
@@ -132,7 +136,9 @@ class Server:
             while time.monotonic() < deadline:
                 answer = (await client.get(f"{self.url}/healthz")).json()
                 if answer.get("active_calls") == 0:
-                    await asyncio.sleep(0.3)  # the record's last writes, the allocator
+                    # Past the post-call GC pass and malloc_trim (app/heap.py), which
+                    # hand back what the call left, and the record's last writes.
+                    await asyncio.sleep(SWEEP_DELAY_S + 0.3)
                     return
                 await asyncio.sleep(0.1)
         raise TimeoutError("calls still active on the server")
@@ -161,10 +167,11 @@ class Server:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
+        self._log.close()
 
     def _stderr(self) -> str:
-        assert self.process.stderr is not None
-        return self.process.stderr.read().decode(errors="replace")[-2000:]
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-2000:]
 
 
 async def one_call(url: str, index: int) -> CallReport:
