@@ -31,7 +31,13 @@ from agents.events import (
     SpeechStop,
     TurnCapped,
 )
-from agents.turns.text import is_farewell, looks_unfinished, sounds_finished, takes_the_turn
+from agents.turns.text import (
+    asks_a_question,
+    is_farewell,
+    looks_unfinished,
+    sounds_finished,
+    takes_the_turn,
+)
 from media.vad import SpeechStarted, SpeechStopped, VadEvent
 
 __all__ = [
@@ -574,7 +580,7 @@ class TurnEngine:
                 return True
             return sure or (sounds_finished(text) and not unfinished)
         length_s = (result.end - self._utterance_start) / RATE
-        question = text.rstrip().endswith("?") and not unfinished
+        question = asks_a_question(text) and not unfinished
         # How long a pause ends the turn, by what the words say. Smart Turn scores flat
         # prosody (synthetic or monotone callers, measured 0.01-0.02 on Piper questions)
         # low even on complete questions, so Whisper's punctuation leads and Smart Turn

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "asks_a_question",
     "is_backchannel",
     "is_farewell",
     "looks_unfinished",
@@ -53,6 +54,35 @@ def looks_unfinished(text: str) -> bool:
         return True
     words = _WORD.findall(stripped.lower())
     return bool(words) and words[-1] in _DANGLING and not stripped.endswith("?")
+
+
+# How an English question opens. Whisper drops the question mark when the voice does not
+# rise (flat callers, synthetic voices): "Can you tell me the hours on Friday."
+_QUESTION_OPENERS = frozenset(
+    """
+    what when where who whom whose which why how can could would will do does did is are
+    was were should shall may might have has am
+    """.split()
+)
+_WH = frozenset("what when where who whom whose which why how".split())
+# ...but a wh-word followed by its subject opens a statement: "What I need is a table."
+_SUBJECTS = frozenset("i we you they he she it".split())
+
+
+def asks_a_question(text: str) -> bool:
+    """A finished question: a question mark, or a finished sentence of three words or more
+    that opens like one ("Can you tell me the hours on Friday.")."""
+    stripped = text.strip()
+    if stripped.endswith("?"):
+        return True
+    if not sounds_finished(stripped):
+        return False
+    # The last sentence is the one that asks: "I'm calling about my order. Where is it."
+    last = re.split(r"(?<=[.!?])\s+", stripped)[-1]
+    words = _WORD.findall(last.lower())
+    if len(words) < 3 or words[0] not in _QUESTION_OPENERS:
+        return False
+    return not (words[0] in _WH and words[1] in _SUBJECTS)
 
 
 def is_backchannel(text: str) -> bool:

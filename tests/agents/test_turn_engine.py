@@ -177,6 +177,17 @@ CASES = [
         answered_once("So can you do that for me?", after_ms=9500, within_ms=400),
     ),
     Case(
+        "a long question Whisper wrote with a full stop is answered fast",
+        # A flat voice: no rise, so no question mark, and Smart Turn unsure.
+        [Say(4200)],
+        [Hears(99_000, "Can you tell me everything about booking a table on Friday.", 0.2)],
+        answered_once(
+            "Can you tell me everything about booking a table on Friday.",
+            after_ms=4200,
+            within_ms=400,
+        ),
+    ),
+    Case(
         "a statement the model is unsure of waits a little longer than a question",
         [Say(1500)],
         [Hears(99_000, "I'd like to book a table.", probability=0.2)],
