@@ -17,6 +17,9 @@ def _configure_logging(level: str) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
+    from app.heap import limit_arenas
+
+    limit_arenas()  # before uvicorn, the models and their threads allocate
     import uvicorn
 
     from app.main import create_app
@@ -124,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "bench":
         return bench(argv[1:])
     if argv and argv[0] == "worker":
+        from app.heap import limit_arenas
+
+        limit_arenas()
         from agents.duplex.worker_cli import worker_main
 
         return worker_main(argv[1:], load_settings=Settings.from_env)

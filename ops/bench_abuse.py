@@ -26,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import cast
 
 import httpx
 import websockets
@@ -310,7 +311,8 @@ def bench_abuse(args: argparse.Namespace) -> dict[str, object]:
             result = asyncio.run(run(server, names, args.warmup))
         finally:
             server.close()
-    for index, row in enumerate(result["runs"]):  # type: ignore[attr-defined]
+    runs = cast(list[dict[str, object]], result["runs"])
+    for index, row in enumerate(runs):
         result[f"{index}. {row['attack']}"] = (
             f"answered {row['answered']}, underruns {row['underrun_ms']} ms, "
             f"m2m p50 {row['mouth_to_mouth_p50_ms']} ms, "

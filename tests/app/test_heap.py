@@ -1,13 +1,19 @@
 """A finished call is freed when it ends, by one garbage-collection pass shared by the
-calls that end together (app/heap.py)."""
+calls that end together; threads share two malloc arenas (app/heap.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import platform
+import subprocess
+import sys
 import weakref
 
-from app.heap import SWEEP_DELAY_S, CallSweeper
+import pytest
+
+from app.heap import ARENAS, SWEEP_DELAY_S, CallSweeper
 
 
 class _Session:
@@ -52,3 +58,50 @@ async def test_a_closed_sweeper_runs_no_pass() -> None:
     sweeper.close()
     await asyncio.sleep(SWEEP_DELAY_S + 0.2)
     assert sweeps == []
+
+
+# A process that starts 8 threads, each allocating, and counts glibc's malloc arenas
+# (the <heap nr=...> entries of malloc_info).
+_ARENA_PROBE = """
+import ctypes, ctypes.util, re, sys, tempfile, threading, time
+from app.heap import limit_arenas
+if sys.argv[1] == "limit":
+    limit_arenas()
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+done = threading.Event()
+def allocate():
+    held = [bytearray(4096) for _ in range(200)]
+    done.wait()
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+for thread in threads:
+    thread.start()
+time.sleep(0.3)
+with tempfile.NamedTemporaryFile("r") as report:
+    libc.fopen.restype = ctypes.c_void_p
+    stream = ctypes.c_void_p(libc.fopen(report.name.encode(), b"w"))
+    libc.malloc_info(0, stream)
+    libc.fclose(stream)
+    print(len(re.findall(r"<heap nr=", report.read())))
+done.set()
+"""
+
+
+def _arenas(mode: str) -> int:
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    out = subprocess.run(
+        [sys.executable, "-c", _ARENA_PROBE, mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return int(out.stdout.strip())
+
+
+@pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only"
+)
+def test_threads_share_at_most_two_malloc_arenas() -> None:
+    assert _arenas("default") > ARENAS  # each thread would get its own
+    assert _arenas("limit") <= ARENAS
