@@ -93,6 +93,10 @@ class TurnTaking:
     # Short speech over the bot (a held bot) that is shorter than this and whose words
     # are a backchannel lets the bot go on.
     backchannel_max_ms: int = 1200
+    # ...but not into a pause this short: "No wait, | actually..." pauses at the comma
+    # for 200-400 ms (heard again ~100 ms after it resumes), and Whisper can make a
+    # hum's words of "No wait".
+    resume_min_silence_ms: int = 450
     echo_margin_db: float = 12.0
     # An interruption stands this far above the call's background (babble, a TV): the
     # background's own bursts, which speech detection may also call speech, never stop
@@ -296,6 +300,7 @@ class TurnEngine:
         self._overlap: Overlap | None = None
         self._bot_busy = False  # a reply is being made or played (driver's fact)
         self._committed = False  # REPLYING answers a caller turn (vs a greeting...)
+        self._resume_when_quiet = False  # HELD, judged a backchannel, pause still short
 
     # --- facts from the driver -----------------------------------------------------------
 
@@ -333,6 +338,8 @@ class TurnEngine:
                 self._on_stop(event.sample, out)
         if self.speaking:
             self._speech_in_turn += frame.samples
+        if self._resume_when_quiet and self.state is TurnState.HELD:
+            self._resume_after_pause(out)
         if self.state in (TurnState.OVERLAP, TurnState.HELD):
             self._overlap_frame(frame, out)
         elif (
@@ -377,6 +384,7 @@ class TurnEngine:
             case TurnState.OVERLAP | TurnState.HELD:
                 assert self._overlap is not None
                 self._overlap.stopped = None  # one overlap, in pieces
+                self._resume_when_quiet = False  # they went on: judged again, longer
 
     def _on_stop(self, sample: int, out: list[Decision]) -> None:
         self.speaking = False
@@ -431,6 +439,7 @@ class TurnEngine:
         """A real interruption: the bot's turn ends; the caller's goes on."""
         out.append(Clear(reason=reason))
         self._overlap = None
+        self._resume_when_quiet = False
         self._bot_busy = False
         self._to(TurnState.CALLER)
         idle = self._evaluating is None and self._result is None
@@ -439,6 +448,7 @@ class TurnEngine:
 
     def _end_overlap(self, state: TurnState) -> None:
         self._overlap = None
+        self._resume_when_quiet = False
         self._drop_utterance()
         self._to(state)
 
@@ -501,10 +511,20 @@ class TurnEngine:
         ):
             self._result = None
             self._emit(Backchannel(speech_ms=speech_ms, text=result.text))
-            out.extend(self._resume("backchannel"))
+            self._resume_when_quiet = True
+            self._resume_after_pause(out)
             return
         # Words that are not a backchannel: the caller is taking the turn.
         self._interrupt("short_interruption", out)
+
+    def _resume_after_pause(self, out: list[Decision]) -> None:
+        """Resume a backchannel's held bot once the caller has been quiet long enough."""
+        overlap = self._overlap
+        assert overlap is not None
+        if self.speaking or overlap.stopped is None:
+            return
+        if self.position - overlap.stopped >= _samples(self.cfg.resume_min_silence_ms):
+            out.extend(self._resume("backchannel"))
 
     def _resume(self, reason: str) -> list[Decision]:
         overlap = self._overlap

@@ -221,6 +221,34 @@ CASES = [
         backchannel_resumes,
     ),
     Case(
+        "a caller who pauses at a comma after a short word is not resumed into",
+        # "No wait, | actually I meant Saturday": the first words came back as a hum's.
+        [Say(1500), Quiet(1500), Say(500), Quiet(300), Say(1500)],
+        [
+            Hears(1600, QUESTION, probability=0.6),
+            Hears(3600, "Okay.", probability=0.1),
+            Hears(99_000, "Okay, actually I meant Saturday.", 0.8),
+        ],
+        lambda out: (
+            (out.of(Hold) and not out.of(Resume) and out.of(Clear))
+            or pytest.fail(str(out.decisions))
+        ),
+    ),
+    Case(
+        "a backchannel resumes the bot once the caller has been quiet a moment",
+        [Say(1500), Quiet(1500), Say(400)],
+        [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "Mhm.", probability=0.1)],
+        lambda out: (
+            (
+                out.at(Resume)
+                and 3400 + TurnTaking().resume_min_silence_ms - 20
+                <= out.at(Resume)[0]
+                <= 3400 + TurnTaking().resume_min_silence_ms + 120
+            )
+            or pytest.fail(f"{out.at(Resume)} {out.decisions}")
+        ),
+    ),
+    Case(
         "a real interruption stops the bot within a few frames and takes the turn",
         [Say(1500), Quiet(2000), Say(1500)],
         [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "No wait, Saturday.", 0.8)],

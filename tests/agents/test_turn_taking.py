@@ -516,8 +516,9 @@ async def test_short_speech_over_the_bot_is_a_backchannel() -> None:
         await session.talk(300)
         # The bot's audio stops at the caller's ear while they hum (a hold)...
         assert session.line.clears() == 1
-        await session.pause(400)
-        # ...and the rest of the greeting follows, from just before where it stopped.
+        # ...and once they have been quiet a moment (not a comma's pause), the rest of the
+        # greeting follows, from just before where it stopped.
+        await session.pause(TurnTaking().resume_min_silence_ms + 100)
         assert "resume" in session.event_names()
         assert session.audio_sent() > greeting_audio
         assert session.count("offhook_backchannels_total") == 1

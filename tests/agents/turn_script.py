@@ -109,7 +109,7 @@ def run(
     eval_ms: int = 100,
     echo_settled: bool = True,
     floor_db: float = FLOOR_DB,
-    tail_ms: int = 3000,
+    tail_ms: int = 4000,
 ) -> Outcome:
     engine_events: list[tuple[int, CallEvent]] = []
     now = [0]
@@ -249,7 +249,7 @@ async def run_duplex(
     config: TurnTaking | None = None,
     bot: Bot | None = None,
     unit_ms: int = 200,
-    tail_ms: int = 3000,
+    tail_ms: int = 4000,
 ) -> Outcome:
     """Drive CascadeDuplexBackend with the script: the caller's audio in units with the
     gateway's speech windows, fakes that answer by the script. Decisions are read off the
