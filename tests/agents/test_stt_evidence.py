@@ -252,3 +252,29 @@ def test_speech_that_is_not_words_is_unclear(tiny: WhisperTranscriber) -> None:
     transcript, speech_ms = _hear(tiny, backwards)
     assert speech_ms > 1000
     assert assess(transcript, speech_ms=speech_ms) is Hearing.UNCLEAR
+
+
+@pytest.mark.parametrize("engine", ["espeak", "piper"])
+def test_a_last_word_not_in_the_audio_is_dropped_after_a_dangling_word(
+    tiny: WhisperTranscriber, engine: str
+) -> None:
+    # A caller pausing after "for": tiny.en wrote "a table for it." in bench turns (and
+    # on both voices here), a finished sentence that ended the caller's turn mid-way.
+    words = speak("I'd like to book a table for", engine=engine)
+    audio, _ = _through_the_call(np.concatenate([words, np.zeros(LINE_RATE // 2, np.int16)]))
+    # (espeak's "book" comes back "work": what matters here is the end)
+    assert tiny.transcribe(audio).text.rstrip(".").endswith("a table for")
+    said = tiny.heard_text(audio, "I'd like to book a table for it.")
+    assert said.rstrip(".") == "I'd like to book a table for"
+
+
+@pytest.mark.parametrize("engine", ["espeak", "piper"])
+@pytest.mark.parametrize(
+    "said", ["I'm looking for it.", "I'd like a table for two.", "Can I pay with it?"]
+)
+def test_a_spoken_last_word_after_a_dangling_word_is_kept(
+    tiny: WhisperTranscriber, said: str, engine: str
+) -> None:
+    transcript, _ = _hear(tiny, speak(said, engine=engine))
+    last = said.rstrip(".?").split()[-1].lower()
+    assert transcript.text.lower().rstrip(".?!").endswith(last), transcript.text
