@@ -1,12 +1,13 @@
 """`offhook bench soak` — does the server keep memory, call after call?
 
-    offhook bench soak [--warmup 10] [--calls 100] [--rounds 5] [--concurrent 4]
+    offhook bench soak [--warmup 30] [--calls 100] [--rounds 5] [--concurrent 4]
 
 Starts `offhook serve` as a process of its own, so that what is measured is the
 server's memory and nothing of the bench's, then calls it through the Twilio protocol
 the way a caller would: each caller waits for the greeting, asks a question, hears the
-answer and hangs up. After `--warmup` calls (models, allocator arenas and caches
-settle), `--calls` sequential calls, then `--rounds` rounds of `--concurrent` calls at
+answer and hangs up. After `--warmup` calls (the models settle, and the bounded caches,
+TTS clauses and llama.cpp prompts, take ~30 calls to fill on the bundled models),
+`--calls` sequential calls, then `--rounds` rounds of `--concurrent` calls at
 once. After every call (or round), once the server says no call is active and its
 record is closed, the server's resident memory (VmRSS from /proc) is read; the
 embedded llama.cpp server, a child process, is reported apart.
@@ -258,7 +259,7 @@ def bench_soak(args: argparse.Namespace) -> dict[str, object]:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     soak = sub.add_parser("soak", help="server RSS over many answered calls")
-    soak.add_argument("--warmup", type=int, default=10, help="calls before measuring")
+    soak.add_argument("--warmup", type=int, default=30, help="calls before measuring")
     soak.add_argument("--calls", type=int, default=100, help="sequential calls measured")
     soak.add_argument("--rounds", type=int, default=5, help="rounds of concurrent calls")
     soak.add_argument("--concurrent", type=int, default=4, help="calls per round")
