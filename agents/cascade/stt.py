@@ -231,15 +231,16 @@ def average_logprob(score: float, length: int) -> float:
 
 
 LOOP_REPEATS = 4  # a unit said this many times running is the decoder looping
-_LOOP_UNIT_WORDS = 4
+_LOOP_UNIT_WORDS = 8  # a keyed number read out loops whole: "4 5 6 7 8 9 4 5 6..."
 
 
 def collapse_loop(text: str) -> str:
-    """Keep one copy of a run of 1-4 words repeated four times or more at the end of `text`.
+    """Keep one copy of a run of 1-8 words repeated four times or more at the end of `text`.
 
     Greedy Whisper sometimes never stops: tiny.en heard a 0.4 s "Goodbye." as "Goodbye"
     32 times, and Piper's "Bye." as "Bye" 31 times, until the length limit cut it (often
-    mid-copy). The words are right; the repetition is the decoder's, not the caller's.
+    mid-copy); an account number read out, "4 5 6, 7 8 9", came back with its six digits
+    eight times in bench turns. The words are right; the repetition is the decoder's.
     """
     words = text.split()
     keys = [word.strip(".,!?;:").lower() for word in words]

@@ -167,6 +167,8 @@ def test_spoken_words_are_not_punctuation_or_sound_captions(text: str, words: bo
         ("Thank you. Thank you. Thank you. Thank you. Thank", "Thank you."),
         ("What time on Saturday Saturday Saturday Saturday Saturday", "What time on Saturday"),
         ("no, no, no, no.", "no"),
+        ("My account number is" + " 4 5 6 7 8 9" * 8, "My account number is 4 5 6 7 8 9"),
+        ("It is 4 5 6 7 8 9 4 5 6 7 8 9.", "It is 4 5 6 7 8 9 4 5 6 7 8 9."),
         ("Right. Right.", "Right. Right."),
         ("bye bye bye", "bye bye bye"),
         ("What time do you open?", "What time do you open?"),
