@@ -261,6 +261,8 @@ class Overlap:
     over_bot: int = 0  # samples while the bot was audible
     stopped: int | None = None  # where the speech stopped, when it has
     held_at: int | None = None
+    last_loud: int | None = None  # the end of the last frame loud like a caller
+    restarted: int | None = None  # where speech last began again after a stop
 
     def count(self, frame: Frame, speaking: bool, cfg: TurnTaking) -> None:
         if frame.bot_audible:
@@ -269,6 +271,7 @@ class Overlap:
         above_room = frame.level_db >= frame.noise_floor_db + cfg.barge_in_over_floor_db
         if speaking and (above_echo or not frame.bot_audible) and above_room:
             self.loud += frame.samples
+            self.last_loud = frame.end
 
     def holds(self, position: int, echo_settled: bool, cfg: TurnTaking) -> bool:
         """Loud for long enough, and for a third of the speech at least."""
@@ -300,7 +303,8 @@ class TurnEngine:
         self._overlap: Overlap | None = None
         self._bot_busy = False  # a reply is being made or played (driver's fact)
         self._committed = False  # REPLYING answers a caller turn (vs a greeting...)
-        self._resume_when_quiet = False  # HELD, judged a backchannel, pause still short
+        # HELD and judged a backchannel at this stop; the bot resumes after a quiet moment.
+        self._resume_after: int | None = None
 
     # --- facts from the driver -----------------------------------------------------------
 
@@ -338,8 +342,8 @@ class TurnEngine:
                 self._on_stop(event.sample, out)
         if self.speaking:
             self._speech_in_turn += frame.samples
-        if self._resume_when_quiet and self.state is TurnState.HELD:
-            self._resume_after_pause(out)
+        if self._resume_after is not None and self.state is TurnState.HELD:
+            self._resume_after_pause(self._resume_after, out)
         if self.state in (TurnState.OVERLAP, TurnState.HELD):
             self._overlap_frame(frame, out)
         elif (
@@ -384,7 +388,7 @@ class TurnEngine:
             case TurnState.OVERLAP | TurnState.HELD:
                 assert self._overlap is not None
                 self._overlap.stopped = None  # one overlap, in pieces
-                self._resume_when_quiet = False  # they went on: judged again, longer
+                self._overlap.restarted = sample
 
     def _on_stop(self, sample: int, out: list[Decision]) -> None:
         self.speaking = False
@@ -430,6 +434,8 @@ class TurnEngine:
                 self._to(TurnState.HELD)
                 out.append(Hold())
                 return
+        if self.state is TurnState.HELD:
+            overlap.count(frame, self.speaking, self.cfg)  # when they were last loud
         if self.state is TurnState.HELD and self.speaking:
             factor = 1 if frame.echo_settled else 2
             if speech >= _samples(self.cfg.barge_in_min_speech_ms) * factor:
@@ -439,7 +445,7 @@ class TurnEngine:
         """A real interruption: the bot's turn ends; the caller's goes on."""
         out.append(Clear(reason=reason))
         self._overlap = None
-        self._resume_when_quiet = False
+        self._resume_after = None
         self._bot_busy = False
         self._to(TurnState.CALLER)
         idle = self._evaluating is None and self._result is None
@@ -448,7 +454,7 @@ class TurnEngine:
 
     def _end_overlap(self, state: TurnState) -> None:
         self._overlap = None
-        self._resume_when_quiet = False
+        self._resume_after = None
         self._drop_utterance()
         self._to(state)
 
@@ -511,19 +517,28 @@ class TurnEngine:
         ):
             self._result = None
             self._emit(Backchannel(speech_ms=speech_ms, text=result.text))
-            self._resume_when_quiet = True
-            self._resume_after_pause(out)
+            self._resume_after = overlap.stopped or self.position
+            self._resume_after_pause(self._resume_after, out)
             return
         # Words that are not a backchannel: the caller is taking the turn.
         self._interrupt("short_interruption", out)
 
-    def _resume_after_pause(self, out: list[Decision]) -> None:
-        """Resume a backchannel's held bot once the caller has been quiet long enough."""
+    def _resume_after_pause(self, stopped: int, out: list[Decision]) -> None:
+        """Resume a backchannel's held bot once the caller has been quiet long enough
+        after the `stopped` that was judged.
+
+        Quiet is "nothing loud like a caller": babble that speech detection calls speech
+        does not keep the bot held. The caller speaking up again does: then the overlap
+        goes on, and is judged again when it stops (or interrupts by its length).
+        """
         overlap = self._overlap
         assert overlap is not None
-        if self.speaking or overlap.stopped is None:
-            return
-        if self.position - overlap.stopped >= _samples(self.cfg.resume_min_silence_ms):
+        last_loud = overlap.last_loud or stopped
+        if overlap.restarted is not None and overlap.restarted > stopped:
+            if last_loud > overlap.restarted:
+                self._resume_after = None  # they went on after the pause
+                return
+        if self.position - max(stopped, last_loud) >= _samples(self.cfg.resume_min_silence_ms):
             out.extend(self._resume("backchannel"))
 
     def _resume(self, reason: str) -> list[Decision]:

@@ -29,6 +29,7 @@ from agents.turns.engine import (
 )
 from tests.agents.turn_script import (
     BOT_DB,
+    FLOOR_DB,
     Bot,
     Hears,
     Outcome,
@@ -233,6 +234,14 @@ CASES = [
             (out.of(Hold) and not out.of(Resume) and out.of(Clear))
             or pytest.fail(str(out.decisions))
         ),
+    ),
+    Case(
+        "background voices after a backchannel do not keep the bot held",
+        # Babble the speech detector calls speech, but nowhere near a caller's level.
+        [Say(1500), Quiet(1500), Say(400), Quiet(200), Say(1500, level_db=FLOOR_DB + 5)],
+        [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "Mhm.", probability=0.1)],
+        lambda out: (out.of(Resume) and not out.of(Clear)) or pytest.fail(str(out.decisions)),
+        duplex=False,  # the gateway gates babble out before the duplex backend
     ),
     Case(
         "a backchannel resumes the bot once the caller has been quiet a moment",
