@@ -34,7 +34,14 @@ from websockets.asyncio.client import connect
 
 from ops.bench_soak import Server, one_call
 from ops.measure import BENCH_TOKEN, QUESTIONS, machine
-from ops.simulate import CallerTurn, CallReport, SimulationConfig, parse_twiml, simulate_call
+from ops.simulate import (
+    CallerTurn,
+    CallReport,
+    SimulationConfig,
+    parse_twiml,
+    simulate_call,
+    voice_webhook_params,
+)
 from telephony.peer import TwilioEventWriter
 from telephony.security import sign
 
@@ -134,15 +141,7 @@ class Attacker:
     async def _token(self, call_sid: str) -> str:
         """A real call token: what a captured webhook answer holds."""
         url = f"{self.url}/twilio/voice"
-        params = {
-            "CallSid": call_sid,
-            "AccountSid": ACCOUNT_SID,
-            "From": "+15550100",
-            "To": "+15550199",
-            "CallStatus": "ringing",
-            "ApiVersion": "2010-04-01",
-            "Direction": "inbound",
-        }
+        params = voice_webhook_params(call_sid, ACCOUNT_SID, "+15550100", "+15550199")
         async with httpx.AsyncClient(timeout=15) as client:
             answer = await client.post(
                 url, data=params, headers={"X-Twilio-Signature": sign(BENCH_TOKEN, url, params)}

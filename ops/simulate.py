@@ -319,6 +319,29 @@ def twiml_warnings(target: StreamTarget) -> list[str]:
     return found
 
 
+def voice_webhook_params(
+    call_sid: str,
+    account_sid: str,
+    from_number: str,
+    to_number: str,
+    *,
+    direction: str = "inbound",
+) -> dict[str, str]:
+    """The form Twilio POSTs to a number's voice webhook (the parameters that matter here)."""
+    return {
+        "CallSid": call_sid,
+        "AccountSid": account_sid,
+        "From": from_number,
+        "To": to_number,
+        "Caller": from_number,
+        "Called": to_number,
+        # An outbound call's URL is fetched once the callee has answered.
+        "CallStatus": "ringing" if direction == "inbound" else "in-progress",
+        "ApiVersion": "2010-04-01",
+        "Direction": direction,
+    }
+
+
 async def _post_webhook(
     client: httpx.AsyncClient, config: SimulationConfig, call_sid: str, account_sid: str
 ) -> str:
@@ -326,19 +349,9 @@ async def _post_webhook(
         url = config.voice_url or public_url(config.base_url, WEBHOOK_PATH)
     except ValueError as exc:
         raise SimulationError(str(exc)) from exc
-    outbound = config.direction != "inbound"
-    params = {
-        "CallSid": call_sid,
-        "AccountSid": account_sid,
-        "From": config.from_number,
-        "To": config.to_number,
-        "Caller": config.from_number,
-        "Called": config.to_number,
-        # An outbound call's URL is fetched once the callee has answered.
-        "CallStatus": "in-progress" if outbound else "ringing",
-        "ApiVersion": "2010-04-01",
-        "Direction": config.direction,
-    }
+    params = voice_webhook_params(
+        call_sid, account_sid, config.from_number, config.to_number, direction=config.direction
+    )
     headers = {"User-Agent": TWILIO_USER_AGENT}
     if config.auth_token:
         headers["X-Twilio-Signature"] = sign(config.auth_token, url, params)

@@ -27,7 +27,7 @@ import websockets
 from websockets.asyncio.client import connect
 
 from agents.cascade.agent import CascadeModels
-from ops.simulate import CallReport, SimulationConfig, simulate_call
+from ops.simulate import CallReport, SimulationConfig, simulate_call, voice_webhook_params
 from recordings.store import RecordStore
 from telephony.protocol import TwilioEventWriter
 from telephony.security import CallTokens, sign
@@ -43,15 +43,7 @@ def new_sid(prefix: str = "CA") -> str:
 
 
 def webhook_params(call_sid: str | None = None, **changes: str) -> dict[str, str]:
-    params = {
-        "CallSid": call_sid or new_sid(),
-        "AccountSid": ACCOUNT_SID,
-        "From": "+15550100",
-        "To": "+15550199",
-        "CallStatus": "ringing",
-        "ApiVersion": "2010-04-01",
-        "Direction": "inbound",
-    }
+    params = voice_webhook_params(call_sid or new_sid(), ACCOUNT_SID, "+15550100", "+15550199")
     params.update(changes)
     return params
 

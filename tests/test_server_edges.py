@@ -19,7 +19,7 @@ import websockets
 from websockets.asyncio.client import connect
 
 from agents.cascade.agent import CascadeModels
-from ops.simulate import SimulationConfig, simulate_call
+from ops.simulate import SimulationConfig, simulate_call, voice_webhook_params
 from telephony.protocol import TwilioEventWriter
 from telephony.security import sign
 from tests.conftest import AUTH_TOKEN, Bot, ServerThread, start_bot
@@ -36,15 +36,7 @@ def new_call_sid() -> str:
 
 
 def webhook_params(call_sid: str = CALL_SID) -> dict[str, str]:
-    return {
-        "CallSid": call_sid,
-        "AccountSid": ACCOUNT_SID,
-        "From": "+15550100",
-        "To": "+15550199",
-        "CallStatus": "ringing",
-        "ApiVersion": "2010-04-01",
-        "Direction": "inbound",
-    }
+    return voice_webhook_params(call_sid, ACCOUNT_SID, "+15550100", "+15550199")
 
 
 async def post_webhook(bot: Bot, params: dict[str, str], signature: str | None) -> httpx.Response:
