@@ -45,11 +45,13 @@ MAX_WINDOW_S = 30
 ALIGN_TOKENS_PER_S = 50  # encoder frames (2 mel frames each)
 # A last word with no frame under its alignment within this much of the utterance's
 # speech, at this probability or less, was not said. tiny.en's "it" after a paused "for"
-# (on bench calls; on espeak and Piper): nothing under it within 93 dB, p 0.12-0.62;
-# words said there ("for two", "for it", "with it"): a frame within 0-29 dB. Over a
-# noisy line the pause is not that quiet, and the word is kept.
-UNHEARD_BELOW_SPEECH_DB = 40.0
-UNHEARD_MAX_PROB = 0.7
+# (bench calls, espeak, Piper at 165 wpm): 27-98 dB down at p 0.35-0.79 (the alignment
+# can lay it over the tail of "for": 27-34 dB). Words said there, 24 endings ("for two",
+# "for it", "of it", "with this", "on me"...) on espeak and Piper at 140 and 185 wpm:
+# those at p <= 0.85 all within 4 dB of the speech; those 18-31 dB down all at p >= 0.9.
+# Over a noisy line the pause is not that quiet, and the word is kept.
+UNHEARD_BELOW_SPEECH_DB = 20.0
+UNHEARD_MAX_PROB = 0.85
 
 
 @dataclass(frozen=True, slots=True)
