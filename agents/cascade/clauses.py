@@ -6,6 +6,16 @@ import re
 
 _SENTENCE_END = re.compile(r"[.!?…]+[\"')\]]*\s")
 _CLAUSE_END = re.compile(r"[,;:—–]\s")
+# A whole word: followed by whitespace, so "for" is not the start of "fortune".
+_WHOLE_WORD = re.compile(r"\S+(?=\s)")
+# Words that open a phrase: a long clause can be cut before one and still sound whole
+# ("The pharmacy is open | from ten to four.").
+_PHRASE_OPENERS = frozenset(
+    """
+    with from to for and but or because so which that who at in on by if when while where
+    until after before since than
+    """.split()
+)
 # Markdown and emoji mean nothing on a phone line; the TTS would read them out.
 _UNSPEAKABLE = re.compile(r"[*_#`~>|\[\]{}<]|[\U0001F000-\U0001FAFF\u2600-\u27BF]")
 
@@ -17,16 +27,28 @@ def speakable(text: str) -> str:
 class ClauseSplitter:
     """Feed text deltas, get back whole clauses.
 
-    The first clause may end at a comma once it has `first_min_words` words, so the caller
-    hears the start of the reply early; later ones wait for a sentence end (or
-    `max_words`), which sounds more natural.
+    Until `lead_words` words have gone out, little audio is queued ahead of the caller's
+    ear, and waiting for a whole sentence from the LLM would leave them in silence (at the
+    start of a reply) or in a gap (after a short opening such as "You're in luck."). So
+    until then a clause may end at a comma once it has `first_min_words` words, or before
+    a phrase's opening word once it has `phrase_words`. Later ones wait for a sentence end
+    (or `max_words`), which sounds more natural.
     """
 
-    def __init__(self, *, first_min_words: int = 2, max_words: int = 30) -> None:
+    def __init__(
+        self,
+        *,
+        first_min_words: int = 2,
+        phrase_words: int = 6,
+        lead_words: int = 12,
+        max_words: int = 30,
+    ) -> None:
         self._buffer = ""
         self._first_min_words = first_min_words
+        self._phrase_words = phrase_words
+        self._lead_words = lead_words
         self._max_words = max_words
-        self._emitted = 0
+        self._emitted_words = 0
 
     def feed(self, delta: str) -> list[str]:
         self._buffer += delta
@@ -43,11 +65,8 @@ class ClauseSplitter:
         cut = None
         if match := _SENTENCE_END.search(self._buffer):
             cut = match.end()
-        elif self._emitted == 0:
-            for match in _CLAUSE_END.finditer(self._buffer):
-                if len(self._buffer[: match.end()].split()) >= self._first_min_words:
-                    cut = match.end()
-                    break
+        elif self._emitted_words < self._lead_words:
+            cut = self._early_cut()
         if cut is None and len(self._buffer.split()) > self._max_words:
             # Cut after exactly max_words words, however large the delta was.
             words = re.finditer(r"\S+\s+", self._buffer)
@@ -60,5 +79,15 @@ class ClauseSplitter:
         clause, self._buffer = speakable(self._buffer[:cut]), self._buffer[cut:]
         if not clause:
             return self._next_clause()
-        self._emitted += 1
+        self._emitted_words += len(clause.split())
         return clause
+
+    def _early_cut(self) -> int | None:
+        """Where a clause may end while the reply's lead is thin: a comma, else a phrase."""
+        for match in _CLAUSE_END.finditer(self._buffer):
+            if len(self._buffer[: match.end()].split()) >= self._first_min_words:
+                return match.end()
+        for count, word in enumerate(_WHOLE_WORD.finditer(self._buffer)):
+            if count >= self._phrase_words and word.group().lower() in _PHRASE_OPENERS:
+                return word.start()
+        return None

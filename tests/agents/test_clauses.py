@@ -34,11 +34,51 @@ def test_the_first_clause_may_end_at_a_later_comma_after_a_short_opening() -> No
     assert splitter.feed("Sure, I can help with that, of ") == ["Sure, I can help with that,"]
 
 
-def test_later_clauses_end_only_at_a_sentence_end() -> None:
-    splitter = ClauseSplitter(first_min_words=4)
+def test_once_the_lead_is_out_clauses_end_only_at_a_sentence_end() -> None:
+    splitter = ClauseSplitter(first_min_words=4, lead_words=4)
     deltas = ["Of course I can, ", "the table for two, ", "at eight, ", "is booked. "]
     clauses = _feed_all(splitter, deltas)
     assert clauses == ["Of course I can,", "the table for two, at eight, is booked."]
+
+
+def test_until_the_lead_is_out_a_later_clause_may_end_at_a_comma() -> None:
+    # "You're in luck." is under a second of audio: the next sentence must not have to be
+    # written whole before any of it is spoken, or the caller hears a gap.
+    splitter = ClauseSplitter(lead_words=12)
+    deltas = ["You're in luck. ", "We deliver every day of the week, ", "from nine to five. "]
+    assert _feed_all(splitter, deltas) == [
+        "You're in luck.",
+        "We deliver every day of the week,",
+        "from nine to five.",
+    ]
+
+
+def test_a_long_first_clause_is_cut_before_a_phrase_opening_word() -> None:
+    splitter = ClauseSplitter(phrase_words=6)
+    clauses = splitter.feed("You can make fresh pasta at home with a little ")
+    assert clauses == ["You can make fresh pasta at home"]
+    assert splitter.flush() == ["with a little"]
+
+
+def test_a_phrase_cut_needs_phrase_words_before_it() -> None:
+    splitter = ClauseSplitter(phrase_words=6)
+    assert splitter.feed("The pharmacy is open from ") == []
+    assert splitter.feed("ten am to ") == ["The pharmacy is open from ten am"]
+    assert splitter.feed("four pm. ") == ["to four pm."]
+
+
+def test_a_phrase_cut_waits_for_the_whole_word() -> None:
+    # "for" may be the start of "fortune".
+    splitter = ClauseSplitter(phrase_words=3)
+    assert splitter.feed("We wish you good for") == []
+    assert splitter.feed("tune today ") == []
+    assert splitter.flush() == ["We wish you good fortune today"]
+
+
+def test_after_the_lead_long_sentences_are_not_cut_at_phrases() -> None:
+    splitter = ClauseSplitter(phrase_words=6, lead_words=3)
+    assert splitter.feed("Yes we can. ") == ["Yes we can."]
+    assert splitter.feed("The kitchen stays open late on Fridays and ") == []
 
 
 @pytest.mark.parametrize("end", [".", "!", "?", "…", '."', ".)"])
