@@ -35,6 +35,7 @@ from agents.turns.text import (
     asks_a_question,
     is_farewell,
     looks_unfinished,
+    makes_a_request,
     sounds_finished,
     takes_the_turn,
 )
@@ -615,7 +616,7 @@ class TurnEngine:
                 return True
             return sure or (sounds_finished(text) and not unfinished)
         length_s = (result.end - self._utterance_start) / RATE
-        question = asks_a_question(text) and not unfinished
+        question = (asks_a_question(text) or makes_a_request(text)) and not unfinished
         # How long a pause ends the turn, by what the words say. Smart Turn scores flat
         # prosody (synthetic or monotone callers, measured 0.01-0.02 on Piper questions)
         # low even on complete questions, so Whisper's punctuation leads and Smart Turn

@@ -9,17 +9,19 @@ __all__ = [
     "is_backchannel",
     "is_farewell",
     "looks_unfinished",
+    "makes_a_request",
     "sounds_finished",
     "takes_the_turn",
     "wants_a_person",
 ]
 
 # Words a sentence does not end on ("what is it for?" ends on a question mark): someone
-# who stops after one is still thinking.
+# who stops after one is still thinking. "Thank" is "thank | you": Whisper writes the
+# first word of "Thank you, bye" alone as "Thank." when the caller pauses after it.
 _DANGLING = frozenset(
     """
     a an the and or but because if than to for of with at in on by from into about
-    like my your our their um uh er erm is are was were am be
+    like my your our their um uh er erm is are was were am be thank
     """.split()
 )
 
@@ -83,6 +85,33 @@ def asks_a_question(text: str) -> bool:
     if len(words) < 3 or words[0] not in _QUESTION_OPENERS:
         return False
     return not (words[0] in _WH and words[1] in _SUBJECTS)
+
+
+# How a request opens: "Tell me...", "Explain...", "Please read it back to me."
+_REQUEST_OPENERS = frozenset(
+    """
+    tell explain give show describe list read repeat send check find help recommend
+    suggest book cancel remind spell confirm
+    """.split()
+)
+
+
+def makes_a_request(text: str) -> bool:
+    """A whole turn that is one finished request: "Tell me a story about a lighthouse."
+
+    A request wants an answer as much as a question does, and Smart Turn scores it as low
+    on a flat voice. Only a turn of one sentence counts: a request read out inside a
+    longer text ("...Baker Street. Please ring the bell twice.") is not the end of it.
+    """
+    stripped = text.strip()
+    if not sounds_finished(stripped) or looks_unfinished(stripped):
+        return False
+    if len(re.split(r"(?<=[.!?])\s+", stripped)) > 1:
+        return False
+    words = _WORD.findall(stripped.lower())
+    if words and words[0] == "please":
+        words = words[1:]
+    return len(words) >= 3 and words[0] in _REQUEST_OPENERS
 
 
 def is_backchannel(text: str) -> bool:

@@ -189,6 +189,36 @@ CASES = [
         ),
     ),
     Case(
+        "a long request of one sentence is answered as fast as a question",
+        # "Tell me a long story..." took 3.2 s to say and Smart Turn scored it 0.008: it
+        # waited the reader's 1.2 s (mouth to mouth 1.7-2.1 s in bench turns).
+        [Say(3200)],
+        [Hears(99_000, "Tell me a long story about a lighthouse keeper and his dog.", 0.01)],
+        answered_once(
+            "Tell me a long story about a lighthouse keeper and his dog.",
+            after_ms=3200,
+            within_ms=400,
+        ),
+    ),
+    Case(
+        "a request read out inside a long text is not answered in the pause after it",
+        [Say(4500), Quiet(500), Say(2000)],
+        [
+            Hears(4600, "The address is twelve Baker Street. Please ring the bell.", 0.3),
+            Hears(99_000, "The address is twelve Baker Street. Please ring the bell. Bye.", 0.3),
+        ],
+        never_answered_before(
+            7000, "The address is twelve Baker Street. Please ring the bell. Bye."
+        ),
+    ),
+    Case(
+        "'Thank' alone, the first word of 'Thank you, bye', is not answered in its pause",
+        # Smart Turn scored "Thank." 0.96: answered in 216 ms, over "you, bye".
+        [Say(400), Quiet(400), Say(800)],
+        [Hears(500, "Thank.", probability=0.96), Hears(99_000, "Thank you, bye.", 0.9)],
+        never_answered_before(400 + 400 + 800, "Thank you, bye."),
+    ),
+    Case(
         "a statement the model is unsure of waits a little longer than a question",
         [Say(1500)],
         [Hears(99_000, "I'd like to book a table.", probability=0.2)],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.turns.text import asks_a_question, wants_a_person
+from agents.turns.text import asks_a_question, looks_unfinished, makes_a_request, wants_a_person
 
 
 @pytest.mark.parametrize(
@@ -68,3 +68,48 @@ def test_a_finished_question_is_heard_with_or_without_its_question_mark(text: st
 )
 def test_statements_and_unfinished_words_are_not_questions(text: str) -> None:
     assert not asks_a_question(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Tell me a long story about a lighthouse keeper and his dog.",
+        "Explain in detail how to make fresh pasta at home.",
+        "Please read my order back to me.",
+        "Give me the number for the front desk!",
+    ],
+)
+def test_a_turn_that_is_one_finished_request_wants_an_answer(text: str) -> None:
+    assert makes_a_request(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Read out inside a longer text: the reader goes on.
+        "The address is twelve Baker Street. Please ring the bell twice.",
+        "Let me explain the whole thing.",  # the caller is about to go on
+        "Tell me about",  # not finished
+        "Tell me about the.",  # stops on a word a sentence does not end on
+        "Tell me.",  # too short to say what is wanted
+        "I'd like to book a table for four.",
+        "",
+    ],
+)
+def test_other_turns_are_not_requests(text: str) -> None:
+    assert not makes_a_request(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["I'd like to book a table for.", "And the", "Thank.", "So, um", "We need it by,"],
+)
+def test_words_that_stop_where_a_sentence_cannot_look_unfinished(text: str) -> None:
+    assert looks_unfinished(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["Thank you.", "Thanks.", "What is it for?", "A table for four.", ""]
+)
+def test_finished_words_do_not_look_unfinished(text: str) -> None:
+    assert not looks_unfinished(text)
