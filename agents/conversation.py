@@ -6,7 +6,7 @@ its turn is cut to the words that played, so the model never believes it said mo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -106,6 +106,13 @@ class Conversation:
                 if turn.text
             ]
         }
+
+    def messages_with_caller(self, text: str) -> list[dict[str, str]]:
+        """`messages()` as they will be once the caller's `text` is added; nothing changes."""
+        ahead = Conversation(self.persona, max_turns=self.max_turns)
+        ahead.turns = [replace(turn) for turn in self.turns]
+        ahead.add_caller(text)
+        return ahead.messages()
 
     def messages(self) -> list[dict[str, str]]:
         """Chat messages for the LLM: persona first, then the last turns that fit."""

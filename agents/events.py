@@ -290,6 +290,7 @@ class ReplyStart(CallEvent):
 class LlmFirstToken(CallEvent):
     name: ClassVar[str] = "llm_first_token"
     ms: float = 0.0
+    drafted: bool = False  # written while the engine waited out the caller's pause
 
 
 @_event

@@ -154,6 +154,7 @@ class CallSession:
                 silence_timeout_s=settings.silence_timeout_s,
                 words=not tools,
             ),
+            draft_replies=settings.llm_drafts,
         )
         # Caller audio with the bot audio that played into the caller's room meanwhile.
         # Bounded in bytes: a stalled front end drops (counted), never grows the process.

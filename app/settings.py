@@ -279,6 +279,12 @@ class Settings:
     llm_api_key: str = _env_field("LLM_API_KEY", "", "API key for the LLM endpoint.", secret=True)
     llm_max_tokens: int = _env_field("LLM_MAX_TOKENS", 80, "Longest reply, in tokens.")
     llm_temperature: float = _env_field("LLM_TEMPERATURE", 0.3, "LLM sampling temperature.")
+    llm_drafts: bool = _env_field(
+        "LLM_DRAFTS",
+        True,
+        "Start writing the reply while a statement's pause is waited out; thrown away if "
+        "the caller goes on (a hosted LLM bills those tokens too).",
+    )
     llm_timeout_s: float = _env_field(
         "LLM_TIMEOUT_S", 8.0, "A reply not started within this is a failed backend."
     )

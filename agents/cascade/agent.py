@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 
 from agents.cascade.clauses import ClauseSplitter
-from agents.cascade.llm import ChatModel, ToolCall, ToolChat
+from agents.cascade.draft import ReplyDraft
+from agents.cascade.llm import ChatModel, Message, ToolCall, ToolChat
 from agents.cascade.stt import SpeechToText, Transcript, assess
 from agents.cascade.tts import TextToSpeech
 from agents.control import CALL_TOOLS, CallControls, CallPolicy, EndReason, TransferReason
@@ -68,7 +69,7 @@ from agents.turns.engine import (
     TurnState,
     TurnTaking,
 )
-from agents.turns.text import sounds_finished, wants_a_person
+from agents.turns.text import is_farewell, sounds_finished, wants_a_person
 from media.frontend import FrontEndOutput
 
 if TYPE_CHECKING:
@@ -196,6 +197,7 @@ class CascadeAgent:
         on_event: EventSink | None = None,
         controls: CallControls | None = None,
         policy: CallPolicy | None = None,
+        draft_replies: bool = True,
     ) -> None:
         self.models = models
         self.controls = controls
@@ -221,6 +223,9 @@ class CascadeAgent:
         self._response_turn: Turn | None = None
         self._response_audible = False
         self._committed_turn: Turn | None = None
+        self.draft_replies = draft_replies
+        self._draft: tuple[ReplyDraft, asyncio.Task[None]] | None = None
+        self._draft_following: asyncio.Task[None] | None = None  # a taken draft's writer
         self._digits = ""
         self._digit_task: asyncio.Task[None] | None = None
         self.timings: list[TurnTiming] = []
@@ -358,6 +363,7 @@ class CascadeAgent:
         if long_piece and not ticket.capped and result.hearing is Hearing.HEARD:
             self._transcribed = _Transcribed(ticket.start, ticket.end, result.text)
         await self._apply(self.engine.evaluated(result))
+        self._maybe_draft()
 
     async def _apply(self, decisions: list[Decision]) -> None:
         for decision in decisions:
@@ -403,6 +409,7 @@ class CascadeAgent:
 
     def _start_evaluation(self, ticket: Evaluate) -> None:
         self._drop_evaluation()
+        self._drop_draft()  # the caller went on: the words will be more than the draft's
         audio = self._audio.slice(ticket.start, ticket.end)
         before = self._transcribed
         if before is None or before.start != ticket.start or before.end >= ticket.end:
@@ -417,6 +424,7 @@ class CascadeAgent:
         )
 
     def _drop_evaluation(self) -> None:
+        self._drop_draft()
         if self._running is not None:
             self._running.task.cancel()
             self._running = None
@@ -591,6 +599,8 @@ class CascadeAgent:
         if self._response is not None and not self._response.done():
             # One bot turn at a time: a newer turn supersedes the one still speaking.
             self._response.cancel()
+        if canned:
+            self._drop_draft()  # a fixed line: the model's draft is not wanted
         turn = self.conversation.start_bot()
         self._response_turn = turn
         self._response_audible = False
@@ -734,20 +744,13 @@ class CascadeAgent:
         messages = self.conversation.messages()
         if note:
             messages.append({"role": "system", "content": note})
+        draft = self._take_draft(messages)
 
         finished = asyncio.Event()  # the model's reply ended normally
         called: list[ToolCall] = []
-        llm = self.models.llm
-        tools = isinstance(llm, ToolChat) and llm.offers_tools and self.controls is not None
 
-        async def deltas() -> AsyncIterator[str | ToolCall]:
-            if tools:
-                assert isinstance(llm, ToolChat)
-                async for item in llm.stream_tools(messages, CALL_TOOLS):
-                    yield item
-            else:
-                async for delta in llm.stream(messages):
-                    yield delta
+        def deltas() -> AsyncIterator[str | ToolCall]:
+            return draft.items() if draft is not None else self._llm_items(messages)
 
         async def write() -> None:
             splitter = ClauseSplitter()
@@ -761,7 +764,7 @@ class CascadeAgent:
                         first = False
                         elapsed = time.perf_counter() - started
                         self.metrics.llm_first_token_seconds.observe(elapsed)
-                        self._emit(LlmFirstToken(ms=elapsed * 1000))
+                        self._emit(LlmFirstToken(ms=elapsed * 1000, drafted=draft is not None))
                         if timing is not None:
                             timing.llm_first_token_ms = elapsed * 1000
                     for clause in splitter.feed(delta):
@@ -789,10 +792,53 @@ class CascadeAgent:
                 # be left in silence after their turn. Treated as a failed reply.
                 raise LanguageModelError("the model's reply had nothing to say")
 
-        async with asyncio.TaskGroup() as group:
-            group.create_task(write())
-            group.create_task(speak())
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(write())
+                group.create_task(speak())
+        finally:
+            self._drop_draft()  # a reply cut short leaves its draft writing for nobody
         return called[0] if called else None
+
+    def _llm_items(self, messages: list[Message]) -> AsyncIterator[str | ToolCall]:
+        llm = self.models.llm
+        if isinstance(llm, ToolChat) and llm.offers_tools and self.controls is not None:
+            return llm.stream_tools(messages, CALL_TOOLS)
+        return llm.stream(messages)
+
+    # --- drafts: replies written while the engine waits out a pause ---------------------
+
+    def _maybe_draft(self) -> None:
+        text = self.engine.pending_answer
+        if text is None or not self.draft_replies or self._response is not None:
+            return
+        if is_farewell(text) or (
+            self.policy.words and self.policy.transfer_to and wants_a_person(text)
+        ):
+            return  # answered without the LLM
+        messages = self.conversation.messages_with_caller(text)
+        if self._draft is not None and self._draft[0].fits(messages):
+            return
+        self._drop_draft()
+        draft = ReplyDraft(messages)
+        task = self._spawn(draft.write(self._llm_items(messages), self._synthesize), "draft")
+        self._draft = (draft, task)
+
+    def _take_draft(self, messages: list[Message]) -> ReplyDraft | None:
+        """The draft written for exactly `messages`, now the reply's; any other is dropped."""
+        if self._draft is not None and self._draft[0].fits(messages):
+            draft, self._draft_following = self._draft[0], self._draft[1]
+            self._draft = None
+            return draft
+        self._drop_draft()
+        return None
+
+    def _drop_draft(self) -> None:
+        for task in (self._draft[1] if self._draft else None, self._draft_following):
+            if task is not None and not task.done():
+                task.cancel()
+        self._draft = None
+        self._draft_following = None
 
     # --- plumbing ----------------------------------------------------------------------
 

@@ -669,6 +669,19 @@ class TurnEngine:
         self._speech_in_turn = 0
 
     @property
+    def pending_answer(self) -> str | None:
+        """The words the caller's turn will be answered with if they stay quiet, while
+        the engine waits out the pause (a statement's, a long turn's): what a reply can
+        be drafted from. None when the words stop where a sentence cannot."""
+        result = self._result
+        if result is None or self.state is not TurnState.CALLER or self.speaking:
+            return None
+        text = result.text.strip()
+        if result.capped or result.hearing is not Hearing.HEARD or not text:
+            return None
+        return None if looks_unfinished(text) else text
+
+    @property
     def utterance_start(self) -> int:
         return self._utterance_start
 

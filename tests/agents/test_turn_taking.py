@@ -339,7 +339,7 @@ async def test_an_unlikely_end_of_turn_waits_for_max_silence() -> None:
         await session.talk(600)
         await session.pause(max_silence - 20)
         assert session.caller_turns() == []
-        assert session.llm.prompts == []
+        assert session.audio_sent() == 0, "only a draft may be written in the pause"
         await session.pause(20)
         assert session.caller_turns() == [unpunctuated]
         [decision] = [data for name, data in session.events if name == "end_of_turn"]
@@ -358,6 +358,47 @@ async def test_words_that_stop_mid_sentence_are_given_the_longer_pause() -> None
         assert session.caller_turns() == [trailing_off]
         [decision] = [data for name, data in session.events if name == "end_of_turn"]
         assert decision["silence_ms"] == unfinished
+
+
+async def test_a_statements_reply_is_written_while_its_pause_is_waited_out() -> None:
+    # The statement's 700 ms are quiet time: the LLM starts on the words at once, and
+    # the reply starts from what it has written when the pause ends the turn.
+    statement = "I'd like to book a table."
+    async with call(stt=hearing(statement), eot=end_of_turn(0.9)) as session:
+        await session.talk(1500)
+        await session.pause(300)
+        await session.until(lambda: len(session.llm.prompts) == 1, "the draft")
+        assert session.caller_turns() == [], "drafted, not answered"
+        assert session.audio_sent() == 0
+        await session.pause(STATEMENT_PAUSE_MS - 300)
+        await session.bot_said(REPLY_TEXT)
+        assert session.llm.prompts == [
+            [{"role": "system", "content": PERSONA}, {"role": "user", "content": statement}]
+        ], "the draft is the reply: the model was asked once"
+        [first] = [data for name, data in session.events if name == "llm_first_token"]
+        assert first["drafted"] is True
+
+
+async def test_a_draft_is_thrown_away_when_the_caller_goes_on() -> None:
+    first, whole = "I'd like to book a table.", "I'd like to book a table. For four people."
+    async with call(stt=hearing(first, whole), eot=end_of_turn(0.9)) as session:
+        await session.talk(1500)
+        await session.pause(300)
+        await session.until(lambda: len(session.llm.prompts) == 1, "the draft")
+        await session.talk(1000)
+        await session.pause(STATEMENT_PAUSE_MS)
+        await session.bot_said(REPLY_TEXT)
+        assert session.caller_turns() == [whole]
+        # The first draft was dropped; the reply is the one drafted for all the words.
+        assert [prompt[-1]["content"] for prompt in session.llm.prompts] == [first, whole]
+
+
+async def test_no_draft_is_written_for_words_that_stop_mid_sentence() -> None:
+    async with call(stt=hearing("I'd like to book a table for"), eot=end_of_turn(0.9)) as session:
+        await session.talk(1500)
+        await session.pause(600)
+        await session.evaluated()
+        assert session.llm.prompts == [], "half a sentence is not worth the model's time"
 
 
 async def test_a_short_pause_mid_sentence_keeps_one_turn() -> None:
@@ -691,6 +732,23 @@ async def test_a_failing_llm_gets_the_apology_spoken() -> None:
         assert session.audio_sent() == at_8_khz(words_as_tones(APOLOGY))
         assert session.count("offhook_errors_total", stage="llm") == 1
         assert session.caller_turns() == [CALLER_SAYS]
+
+
+async def test_a_model_failure_while_drafting_is_the_replys_and_gets_the_apology() -> None:
+    async def stream(messages: Sequence[Message]) -> AsyncIterator[str]:
+        raise LanguageModelError("the model server went away")
+        yield ""
+
+    statement = "I'd like to book a table."
+    async with call(stt=hearing(statement), llm=ChatModelFake(stream)) as session:
+        await session.talk(1500)
+        await session.pause(300)
+        assert session.caller_turns() == [], "the draft failed quietly, before the turn ended"
+        assert session.count("offhook_errors_total", stage="llm") == 0
+        await session.pause(STATEMENT_PAUSE_MS)
+        await session.bot_said(APOLOGY)
+        assert session.count("offhook_errors_total", stage="llm") == 1
+        assert session.caller_turns() == [statement]
 
 
 async def test_a_reply_with_nothing_to_say_gets_the_apology_not_silence() -> None:

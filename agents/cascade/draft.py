@@ -1,0 +1,84 @@
+"""A reply written while the turn engine waits out a pause that may end the caller's turn.
+
+A statement is answered after 700 ms of quiet, a long turn after 1.2 s (a sentence can
+be the first of several). The words are known long before that: Whisper runs at the
+pause's start. So the LLM starts on them at once, and its first clause is synthesised
+(into the speaker's cache); if the turn ends with those same words, the reply starts
+from what is already written, and the wait is no longer followed by the LLM's and the
+TTS's. If the caller goes on, the draft is thrown away (and llama.cpp keeps the prompt's
+prefix in its cache, so even a long reading's final prompt is mostly prefilled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+from agents.cascade.clauses import ClauseSplitter
+from agents.cascade.llm import Message, ToolCall
+from agents.errors import BackendError
+
+log = logging.getLogger(__name__)
+
+Item = str | ToolCall
+
+
+class ReplyDraft:
+    """The LLM's stream for `messages`, buffered from the start, to be followed later."""
+
+    def __init__(self, messages: Sequence[Message]) -> None:
+        self.messages = [dict(message) for message in messages]
+        self._items: list[Item] = []
+        self._finished = False
+        self._error: BackendError | None = None
+        self._grown = asyncio.Event()
+
+    def fits(self, messages: Sequence[Message]) -> bool:
+        """Written for exactly these messages (the same history and the same words)."""
+        return self.messages == [dict(message) for message in messages]
+
+    async def write(
+        self,
+        stream: AsyncIterator[Item],
+        synthesize: Callable[[str], Awaitable[object]],
+    ) -> None:
+        """Run as a task: buffer the stream, and synthesise the first clause once it is
+        written. A failure is kept for whoever follows the draft, never raised here: a
+        draft nobody uses must not end the call."""
+        splitter: ClauseSplitter | None = ClauseSplitter()
+        try:
+            async for item in stream:
+                self._items.append(item)
+                self._grown.set()
+                if splitter is not None and isinstance(item, str):
+                    if clauses := splitter.feed(item):
+                        splitter = None
+                        await self._warm(synthesize, clauses[0])
+        except BackendError as exc:
+            self._error = exc
+            log.debug("a drafted reply failed: %s", exc)
+        finally:
+            self._finished = True
+            self._grown.set()
+
+    @staticmethod
+    async def _warm(synthesize: Callable[[str], Awaitable[object]], clause: str) -> None:
+        try:
+            await synthesize(clause)
+        except BackendError as exc:  # the reply itself will meet it, and report it
+            log.debug("could not synthesise a drafted clause: %s", exc)
+
+    async def items(self) -> AsyncIterator[Item]:
+        """What was written so far, then the rest as it comes; the draft's failure, if any."""
+        sent = 0
+        while True:
+            while sent < len(self._items):
+                sent += 1
+                yield self._items[sent - 1]
+            if self._finished:
+                break
+            self._grown.clear()
+            await self._grown.wait()
+        if self._error is not None:
+            raise self._error
