@@ -33,9 +33,11 @@ from agents.events import (
 )
 from agents.turns.text import (
     asks_a_question,
+    claims_the_floor,
     is_farewell,
     looks_unfinished,
     makes_a_request,
+    sentences,
     sounds_finished,
     takes_the_turn,
 )
@@ -627,7 +629,7 @@ class TurnEngine:
             wait = cfg.unfinished_max_silence_ms
         elif question or is_farewell(text):
             wait = cfg.min_silence_ms
-        elif sure and len(text.split()) <= cfg.short_answer_words:
+        elif sure and len(text.split()) <= cfg.short_answer_words and not claims_the_floor(text):
             wait = cfg.min_silence_ms  # "Parking.", "Yes.", "Friday evening."
         elif sure or sounds_finished(text):
             # A statement can be the first of several sentences, and Whisper makes a
@@ -637,9 +639,13 @@ class TurnEngine:
         else:
             wait = cfg.max_silence_ms
         if length_s >= cfg.long_turn_s and not question:
-            # Smart Turn being sure still counts: a long request that ends with a
-            # falling, final voice gets the statement's wait, not the reader's.
-            floor = cfg.statement_min_silence_ms if sure else cfg.long_turn_min_silence_ms
+            # Smart Turn being sure still counts for one long sentence ending with a
+            # falling, final voice. Not after several: a reader's or an explainer's
+            # pauses between sentences all sound final (Smart Turn 0.6-0.97 on Piper
+            # reading an order aloud).
+            one_sentence = len(sentences(text)) <= 1
+            sure_of_it = sure and one_sentence
+            floor = cfg.statement_min_silence_ms if sure_of_it else cfg.long_turn_min_silence_ms
             wait = max(wait, floor)
         return silence_ms >= wait
 

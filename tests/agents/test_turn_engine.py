@@ -97,6 +97,7 @@ def interruption_stops_fast(onset_ms: int) -> Callable[[Outcome], None]:
 
 
 QUESTION = "What time do you open tomorrow?"
+CORRECTION_TEXT = "No wait, actually I meant Saturday."
 BOOKING = "I'd like to book a table for four people on Friday."
 
 CASES = [
@@ -167,6 +168,37 @@ CASES = [
             Hears(99_000, "The whole reading ends here.", probability=0.3),
         ],
         never_answered_before(13_900 + 1200, "The whole reading ends here."),
+    ),
+    Case(
+        "a reader Smart Turn is sure of is not answered in the pauses between sentences",
+        # Piper reading an order: 500-800 ms between sentences, each scored 0.6-0.97.
+        [Say(4500), Quiet(900), Say(3000), Quiet(900), Say(2000)],
+        [
+            Hears(4600, "I'm going to read you my order. First, two large pizzas.", 0.97),
+            Hears(9000, "I'm going to read you my order. First, two pizzas. Then bread.", 0.97),
+            Hears(99_000, "I'm going to read you my order. First. Then. That is all.", 0.97),
+        ],
+        never_answered_before(
+            4500 + 900 + 3000 + 900 + 2000,
+            "I'm going to read you my order. First. Then. That is all.",
+        ),
+    ),
+    Case(
+        "one long sentence Smart Turn is sure of gets the statement's pause",
+        [Say(4000)],
+        [Hears(99_000, "I'd like to book a table for six people next Tuesday at noon.", 0.95)],
+        answered_once(
+            "I'd like to book a table for six people next Tuesday at noon.",
+            after_ms=4000 + 600,
+            within_ms=300,
+        ),
+    ),
+    Case(
+        "'No wait.' opens a turn: it is not answered in the comma pause after it",
+        # Smart Turn 0.98 on "No wait." in bench turns; the bot spoke over "actually...".
+        [Say(600), Quiet(400), Say(1500)],
+        [Hears(700, "No wait.", probability=0.98), Hears(99_000, CORRECTION_TEXT, 0.9)],
+        never_answered_before(600 + 400 + 1500, CORRECTION_TEXT),
     ),
     Case(
         "a question at the end of a long turn is answered fast",

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from agents.turns.text import asks_a_question, looks_unfinished, makes_a_request, wants_a_person
+from agents.turns.text import (
+    asks_a_question,
+    claims_the_floor,
+    looks_unfinished,
+    makes_a_request,
+    sentences,
+    wants_a_person,
+)
 
 
 @pytest.mark.parametrize(
@@ -113,3 +120,35 @@ def test_words_that_stop_where_a_sentence_cannot_look_unfinished(text: str) -> N
 )
 def test_finished_words_do_not_look_unfinished(text: str) -> None:
     assert not looks_unfinished(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["No wait.", "Wait.", "Hold on.", "Actually,", "Hang on a second.", "One moment."]
+)
+def test_words_that_open_a_turn_claim_the_floor(text: str) -> None:
+    assert claims_the_floor(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Yes.",
+        "Friday evening.",
+        "No, Saturday.",
+        # Said whole, it is a turn of its own, not an opening.
+        "No wait, actually I meant Saturday, can you check?",
+        "",
+    ],
+)
+def test_other_short_words_do_not_claim_the_floor(text: str) -> None:
+    assert not claims_the_floor(text)
+
+
+def test_sentences_are_split_where_whisper_punctuated_them() -> None:
+    assert sentences(" First, two pizzas. Then bread? Yes! And ") == [
+        "First, two pizzas.",
+        "Then bread?",
+        "Yes!",
+        "And",
+    ]
+    assert sentences("") == []
