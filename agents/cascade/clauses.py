@@ -39,7 +39,7 @@ class ClauseSplitter:
         self,
         *,
         first_min_words: int = 2,
-        phrase_words: int = 6,
+        phrase_words: int = 5,
         lead_words: int = 12,
         max_words: int = 30,
     ) -> None:
