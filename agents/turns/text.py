@@ -128,15 +128,23 @@ _FLOOR_CLAIMS = re.compile(
 )
 
 
+# Thanks on their own lead on: "Thanks, | that's all. Bye!", "Thank you, | one more thing".
+_THANKS = re.compile(r"^(?:(?:thanks|thank you|cheers)(?: (?:so|very) much| a lot)?\s*)+$")
+
+
 def claims_the_floor(text: str) -> bool:
-    """Words that open a turn rather than make one: "No wait.", "Hold on.", "Actually."
+    """Words that open a turn rather than make one: "No wait.", "Hold on.", "Actually.",
+    and thanks on their own ("Thanks.", before "that's all, bye").
 
     Whisper closes them with a full stop at the comma pause after them, and Smart Turn
-    is sure of them (0.98 on "No wait." in bench turns): answered as a short answer, the
-    bot spoke over "actually I meant Saturday".
+    is sure of them (0.98 on "No wait.", 0.96 on "Thanks." in bench turns): answered as
+    short answers, the bot spoke over "actually I meant Saturday" and "that's all, bye".
     """
     words = _WORD.findall(text.lower())
-    return 0 < len(words) <= 4 and _FLOOR_CLAIMS.search(" ".join(words)) is not None
+    if not 0 < len(words) <= 4:
+        return False
+    joined = " ".join(words)
+    return _FLOOR_CLAIMS.search(joined) is not None or _THANKS.match(joined) is not None
 
 
 def is_backchannel(text: str) -> bool:

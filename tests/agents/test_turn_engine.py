@@ -201,6 +201,12 @@ CASES = [
         never_answered_before(600 + 400 + 1500, CORRECTION_TEXT),
     ),
     Case(
+        "'Thanks.' before 'that's all, bye' is not answered in the comma pause",
+        [Say(500), Quiet(350), Say(1200)],
+        [Hears(600, "Thanks.", probability=0.96), Hears(99_000, "Thanks, that's all. Bye!", 0.9)],
+        never_answered_before(500 + 350 + 1200, "Thanks, that's all. Bye!"),
+    ),
+    Case(
         "a question at the end of a long turn is answered fast",
         [Say(4000), Quiet(500), Say(5000)],
         [

@@ -123,7 +123,17 @@ def test_finished_words_do_not_look_unfinished(text: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["No wait.", "Wait.", "Hold on.", "Actually,", "Hang on a second.", "One moment."]
+    "text",
+    [
+        "No wait.",
+        "Wait.",
+        "Hold on.",
+        "Actually,",
+        "Hang on a second.",
+        "One moment.",
+        "Thanks.",
+        "Thank you so much.",
+    ],
 )
 def test_words_that_open_a_turn_claim_the_floor(text: str) -> None:
     assert claims_the_floor(text)
@@ -135,6 +145,7 @@ def test_words_that_open_a_turn_claim_the_floor(text: str) -> None:
         "Yes.",
         "Friday evening.",
         "No, Saturday.",
+        "Thanks, bye.",  # a farewell, answered at once
         # Said whole, it is a turn of its own, not an opening.
         "No wait, actually I meant Saturday, can you check?",
         "",
