@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 
 from agents.cascade.clauses import ClauseSplitter
-from agents.cascade.draft import ReplyDraft
+from agents.cascade.draft import DraftBoard, ReplyDraft
 from agents.cascade.llm import ChatModel, Message, ToolCall, ToolChat
 from agents.cascade.stt import SpeechToText, Transcript, assess
 from agents.cascade.tts import TextToSpeech
@@ -112,6 +112,8 @@ class CascadeModels:
     canned: dict[str, np.ndarray] = field(default_factory=dict)
     # Every call's model work goes through this: bounded, fair between calls, measured.
     scheduler: ModelScheduler = field(default_factory=ModelScheduler)
+    # Replies drafted ahead give way to every call's actual replies (one LLM server).
+    drafts: DraftBoard = field(default_factory=DraftBoard)
 
 
 # What a caller is waiting for when the cascade takes a call over mid-conversation.
@@ -745,6 +747,7 @@ class CascadeAgent:
         if note:
             messages.append({"role": "system", "content": note})
         draft = self._take_draft(messages)
+        self.models.drafts.reply_started()
 
         finished = asyncio.Event()  # the model's reply ended normally
         called: list[ToolCall] = []
@@ -797,6 +800,7 @@ class CascadeAgent:
                 group.create_task(write())
                 group.create_task(speak())
         finally:
+            self.models.drafts.reply_done()
             self._drop_draft()  # a reply cut short leaves its draft writing for nobody
         return called[0] if called else None
 
@@ -812,6 +816,8 @@ class CascadeAgent:
         text = self.engine.pending_answer
         if text is None or not self.draft_replies or self._response is not None:
             return
+        if not self.models.drafts.may_draft():
+            return  # the LLM is writing a reply (this call's or another's)
         if is_farewell(text) or (
             self.policy.words and self.policy.transfer_to and wants_a_person(text)
         ):
@@ -822,12 +828,14 @@ class CascadeAgent:
         self._drop_draft()
         draft = ReplyDraft(messages)
         task = self._spawn(draft.write(self._llm_items(messages), self._synthesize), "draft")
+        self.models.drafts.drafting(task)
         self._draft = (draft, task)
 
     def _take_draft(self, messages: list[Message]) -> ReplyDraft | None:
         """The draft written for exactly `messages`, now the reply's; any other is dropped."""
         if self._draft is not None and self._draft[0].fits(messages):
             draft, self._draft_following = self._draft[0], self._draft[1]
+            self.models.drafts.taken(self._draft_following)
             self._draft = None
             return draft
         self._drop_draft()

@@ -24,6 +24,39 @@ log = logging.getLogger(__name__)
 Item = str | ToolCall
 
 
+class DraftBoard:
+    """The drafts being written across all calls. The embedded llama.cpp server writes
+    one reply at a time, so a draft must never make a caller's actual reply wait: a draft
+    starts only while no reply is being written, and any reply starting stops them all.
+    On a busy box drafts simply stop happening (measured with 4 calls ending their turns
+    at once: mouth to mouth p50 1.4 s without drafts, 1.7 s with drafts that did not
+    give way)."""
+
+    def __init__(self) -> None:
+        self._drafts: set[asyncio.Task[None]] = set()
+        self._replies = 0
+
+    def may_draft(self) -> bool:
+        return self._replies == 0
+
+    def drafting(self, task: asyncio.Task[None]) -> None:
+        self._drafts.add(task)
+        task.add_done_callback(self._drafts.discard)
+
+    def taken(self, task: asyncio.Task[None]) -> None:
+        """A draft became its call's reply: it is no longer a draft."""
+        self._drafts.discard(task)
+
+    def reply_started(self) -> None:
+        self._replies += 1
+        for task in list(self._drafts):
+            task.cancel()
+        self._drafts.clear()
+
+    def reply_done(self) -> None:
+        self._replies -= 1
+
+
 class ReplyDraft:
     """The LLM's stream for `messages`, buffered from the start, to be followed later."""
 
@@ -32,11 +65,13 @@ class ReplyDraft:
         self._items: list[Item] = []
         self._finished = False
         self._error: BackendError | None = None
+        self._stopped = False  # cancelled before it finished: it holds part of a reply
         self._grown = asyncio.Event()
 
     def fits(self, messages: Sequence[Message]) -> bool:
-        """Written for exactly these messages (the same history and the same words)."""
-        return self.messages == [dict(message) for message in messages]
+        """Written, or being written, for exactly these messages (the same history and the
+        same words)."""
+        return not self._stopped and self.messages == [dict(message) for message in messages]
 
     async def write(
         self,
@@ -58,6 +93,9 @@ class ReplyDraft:
         except BackendError as exc:
             self._error = exc
             log.debug("a drafted reply failed: %s", exc)
+        except asyncio.CancelledError:
+            self._stopped = True
+            raise
         finally:
             self._finished = True
             self._grown.set()

@@ -393,6 +393,22 @@ async def test_a_draft_is_thrown_away_when_the_caller_goes_on() -> None:
         assert [prompt[-1]["content"] for prompt in session.llm.prompts] == [first, whole]
 
 
+async def test_no_draft_is_written_while_another_calls_reply_is_being_written() -> None:
+    # One LLM server writes one reply at a time: a draft must not make it wait.
+    statement = "I'd like to book a table."
+    async with call(stt=hearing(statement), eot=end_of_turn(0.9)) as session:
+        session.agent.models.drafts.reply_started()  # another call's reply
+        await session.talk(1500)
+        await session.pause(300)
+        await session.evaluated()
+        assert session.llm.prompts == []
+        session.agent.models.drafts.reply_done()
+        await session.pause(STATEMENT_PAUSE_MS - 300)
+        await session.bot_said(REPLY_TEXT)
+        [first] = [data for name, data in session.events if name == "llm_first_token"]
+        assert first["drafted"] is False
+
+
 async def test_no_draft_is_written_for_words_that_stop_mid_sentence() -> None:
     async with call(stt=hearing("I'd like to book a table for"), eot=end_of_turn(0.9)) as session:
         await session.talk(1500)
