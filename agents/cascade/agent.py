@@ -254,6 +254,7 @@ class CascadeAgent:
         async with asyncio.TaskGroup() as tasks:
             self._tasks = tasks
             self._serving = True
+            self.models.drafts.call_started()
             try:
                 if voicemail is not None:
                     self._emit(CallEnding(reason="voicemail"))
@@ -279,6 +280,8 @@ class CascadeAgent:
                 if self._running is not None:
                     self._running.task.cancel()
                 self.models.scheduler.forget(self)
+                self.models.drafts.call_ended()
+                self._drop_draft()
                 self._serving = False
         # A cancelled task keeps its CancelledError, whose traceback holds this frame
         # (and so this agent), and the group holds the task: a cycle that kept a whole

@@ -102,3 +102,13 @@ async def test_a_draft_taken_as_its_calls_reply_is_not_stopped_by_replies() -> N
     await asyncio.sleep(0)
     assert not mine.done()
     mine.cancel()
+
+
+def test_drafts_are_written_only_while_one_call_is_served() -> None:
+    board = DraftBoard()
+    board.call_started()
+    assert board.may_draft()
+    board.call_started()
+    assert not board.may_draft(), "a second call's replies must not wait for a draft"
+    board.call_ended()
+    assert board.may_draft()
