@@ -282,6 +282,7 @@ class CascadeAgent:
                 self.models.scheduler.forget(self)
                 self.models.drafts.call_ended()
                 self._drop_draft()
+                self._stop_following()
                 self._serving = False
         # A cancelled task keeps its CancelledError, whose traceback holds this frame
         # (and so this agent), and the group holds the task: a cycle that kept a whole
@@ -804,7 +805,7 @@ class CascadeAgent:
                 group.create_task(speak())
         finally:
             self.models.drafts.reply_done()
-            self._drop_draft()  # a reply cut short leaves its draft writing for nobody
+            self._stop_following()  # a reply cut short leaves its draft writing for nobody
         return called[0] if called else None
 
     def _llm_items(self, messages: list[Message]) -> AsyncIterator[str | ToolCall]:
@@ -845,10 +846,15 @@ class CascadeAgent:
         return None
 
     def _drop_draft(self) -> None:
-        for task in (self._draft[1] if self._draft else None, self._draft_following):
-            if task is not None and not task.done():
-                task.cancel()
+        """Drop the draft not (yet) taken by a reply. The one a reply follows is the
+        reply's: a backchannel's evaluation must not cut it short."""
+        if self._draft is not None:
+            self._draft[1].cancel()
         self._draft = None
+
+    def _stop_following(self) -> None:
+        if self._draft_following is not None:
+            self._draft_following.cancel()
         self._draft_following = None
 
     # --- plumbing ----------------------------------------------------------------------

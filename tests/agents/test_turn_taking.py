@@ -393,6 +393,39 @@ async def test_a_draft_is_thrown_away_when_the_caller_goes_on() -> None:
         assert [prompt[-1]["content"] for prompt in session.llm.prompts] == [first, whole]
 
 
+async def test_a_backchannel_over_a_drafted_reply_does_not_cut_what_is_still_being_written() -> (
+    None
+):
+    # The reply follows a draft the LLM is still writing; the hum's own evaluation must
+    # not stop that writing, or the rest of the reply is lost when the bot resumes.
+    more = asyncio.Event()
+    statement = "I'd like to book a table."
+    prompts: list[list[Message]] = []
+
+    async def stream(messages: Sequence[Message]) -> AsyncIterator[str]:
+        prompts.append(list(messages))
+        yield "Of course, " + "we can book that for you " * 3 + ". "
+        await more.wait()
+        yield "Anything else?"
+
+    async with call(
+        stt=hearing(statement, statement, "Mhm."), llm=ChatModelFake(stream, prompts)
+    ) as session:
+        await session.talk(1500)
+        await session.pause(STATEMENT_PAUSE_MS)
+        await session.until(lambda: session.audio_sent() > 0, "the reply")
+        await session.pause(300)
+        await session.talk(400)  # "Mhm." over the reply
+        await session.pause(1000)
+        await session.evaluated()
+        more.set()
+        await session.until(
+            lambda: any("Anything else?" in t.intended for t in session.bot_turns()),
+            "the rest of the reply",
+        )
+        assert len(prompts) == 1, "the draft was the reply"
+
+
 async def test_no_draft_is_written_while_another_calls_reply_is_being_written() -> None:
     # One LLM server writes one reply at a time: a draft must not make it wait.
     statement = "I'd like to book a table."
