@@ -248,6 +248,21 @@ class CallReport:
     # Webhook request to open socket, before the stream clock starts.
     setup_ms: float = 0.0
 
+    def bot_spans(self, joined_within_ms: float) -> list[tuple[float, float]]:
+        """Bot utterances, joined across silences shorter than `joined_within_ms`.
+
+        Piper pauses 180-460 ms between sentences, at random (150 syntheses of one
+        greeting), so one reply can reach the ear as two utterances: a test asking
+        "did the bot speak again?" joins across its sentence pauses.
+        """
+        spans: list[tuple[float, float]] = []
+        for start, end in self.bot_utterances:
+            if spans and start - spans[-1][1] < joined_within_ms:
+                spans[-1] = (spans[-1][0], end)
+            else:
+                spans.append((start, end))
+        return spans
+
     def bot_audio_between(self, start_ms: float, end_ms: float) -> np.ndarray:
         """The bot as heard between two report times."""
         start = max(0, round(start_ms * RATE / 1000))

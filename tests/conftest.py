@@ -33,6 +33,11 @@ GREETING = (
     "almost anything. How can I help you today?"
 )
 
+# Bot audio with less silence than this inside is one reply at the caller's ear: Piper's
+# pauses between sentences reach ~460 ms (CallReport.bot_spans); a reply to anything
+# the caller said comes at least this late.
+ONE_REPLY_GAP_MS = 1000
+
 
 @dataclass
 class Bot:
@@ -125,3 +130,10 @@ async def recorded_turns(bot: Bot, call_sid: str) -> list[Turn]:
         )
         for number, turn in enumerate(record.transcript()["turns"], start=1)
     ]
+
+
+def greeting_ms(bot: Bot) -> float:
+    """How long the bot's greeting plays (one synthesis per test session)."""
+    models = bot.services.models
+    assert models is not None
+    return len(models.canned[bot.settings.greeting]) * 1000 / models.tts.sample_rate

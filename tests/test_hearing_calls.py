@@ -12,7 +12,14 @@ import pytest
 from agents.conversation import Speaker
 from ops.line import LineConditions
 from ops.simulate import CallerTurn, CallReport
-from tests.conftest import INTERRUPTION, Bot, place_call, recorded_turns
+from tests.conftest import (
+    INTERRUPTION,
+    ONE_REPLY_GAP_MS,
+    Bot,
+    greeting_ms,
+    place_call,
+    recorded_turns,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -31,9 +38,13 @@ async def test_on_a_speakerphone_the_bot_neither_answers_nor_stops_for_its_own_e
 
     assert report.clears == [], "the bot's echo cleared the bot"
     assert await caller_turns(bot, report) == [], "the bot heard its own echo as the caller"
-    assert len(report.bot_utterances) == 1, "the bot answered its own echo"
+    spans = report.bot_spans(ONE_REPLY_GAP_MS)
+    assert len(spans) == 1, "the bot answered its own echo"
     greeting = (await recorded_turns(bot, report.call_sid))[0]
     assert not greeting.truncated
+    # Held and resumed, the greeting would reach the ear later than it is long.
+    (start, end) = spans[0]
+    assert end - start <= greeting_ms(bot) + 100, "the bot's echo held the bot"
 
 
 async def test_on_a_speakerphone_a_real_interruption_still_stops_the_bot(bot: Bot) -> None:

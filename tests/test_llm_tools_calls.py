@@ -19,7 +19,7 @@ from agents.events import ToolCalled
 from ops.local_server import ServerThread
 from ops.simulate import CallerTurn
 from telephony.twiml import dial_twiml
-from tests.conftest import AUTH_TOKEN, GREETING, Bot, place_call, start_bot
+from tests.conftest import AUTH_TOKEN, GREETING, ONE_REPLY_GAP_MS, Bot, place_call, start_bot
 from tests.fake_llm import MODEL, CallTool, FakeLlm, Say, WriteTool
 from tests.fake_twilio import FakeTwilio
 from tests.test_call_control_calls import bot_lines, new_sid, record_of, timeline
@@ -72,7 +72,7 @@ async def test_the_llm_ends_the_call_with_a_tool_and_the_call_is_never_spoken(
 
     assert llm.offered_tools() == [TOOLS]
     assert await bot_lines(bot, report) == [GREETING, DEFAULT_FAREWELL]
-    assert len(report.bot_utterances) == 2, "the caller heard the greeting and the goodbye only"
+    assert len(report.bot_spans(ONE_REPLY_GAP_MS)) == 2, "the caller heard the greeting and goodbye"
     assert report.server_closed
     meta = await record_of(bot, report.call_sid)
     assert (meta["ended_with"], meta["end_reason"]) == ("bot_hangup", "llm")
@@ -89,7 +89,7 @@ async def test_a_tool_call_written_out_as_text_is_not_spoken(
     report = await place_call(bot, DONE, hangup_after_ms=10000)
 
     assert await bot_lines(bot, report) == [GREETING, DEFAULT_FAREWELL]
-    assert len(report.bot_utterances) == 2
+    assert len(report.bot_spans(ONE_REPLY_GAP_MS)) == 2
     assert report.server_closed
 
 

@@ -30,7 +30,14 @@ from twilio.request_validator import RequestValidator
 
 from media.codec import mulaw_decode, mulaw_encode
 from ops.line import LineConditions, active_rms
-from ops.simulate import CallerTurn, SimulationConfig, SimulationError, main, simulate_call
+from ops.simulate import (
+    CallerTurn,
+    CallReport,
+    SimulationConfig,
+    SimulationError,
+    main,
+    simulate_call,
+)
 from telephony.protocol import Dtmf, Mark, Media, Start, Stop, parse_event
 
 TOKEN = "test-auth-token-0123456789abcdef"
@@ -479,3 +486,16 @@ def test_cli_exits_2_without_a_traceback_when_nothing_listens(
     err = capsys.readouterr().err
     assert "could not reach the webhook" in err
     assert "Traceback" not in err
+
+
+def test_bot_spans_join_a_replys_sentence_pauses_but_not_two_replies() -> None:
+    report = CallReport(
+        call_sid="CA1",
+        stream_sid="MZ1",
+        twiml="",
+        bot_utterances=[(80, 2580), (3040, 6660), (9640, 11040)],
+    )
+
+    assert report.bot_spans(1000) == [(80, 6660), (9640, 11040)]
+    assert report.bot_spans(300) == report.bot_utterances
+    assert CallReport(call_sid="CA1", stream_sid="MZ1", twiml="").bot_spans(1000) == []
