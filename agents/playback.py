@@ -55,6 +55,7 @@ class Playback:
         sink: AudioSink,
         now: Callable[[], int],
         *,
+        line_now: Callable[[], int] | None = None,
         chunk_ms: int = 100,
         min_latency_ms: int = 0,
         on_played: Callable[[int, np.ndarray], None] | None = None,
@@ -62,6 +63,9 @@ class Playback:
     ) -> None:
         self._sink = sink
         self.now = now  # call clock, in 8 kHz samples of caller audio received
+        # ...and where the caller's line is on it, which our reading of the stream may
+        # lag: audio sent now is scheduled from there.
+        self._line_now = line_now or now
         self.clock = PlayoutClock(
             PHONE_RATE,
             on_played=on_played,
@@ -107,7 +111,7 @@ class Playback:
             name = self.clock.new_mark_name()
             await self._sink.send_media(mulaw_encode(chunk))
             await self._sink.send_mark(name)
-            self.clock.sent(name, len(chunk), piece, turn_id, self.now(), pcm=chunk)
+            self.clock.sent(name, len(chunk), piece, turn_id, self._line_now(), pcm=chunk)
             self._emit(MarkSent(mark=name, samples=len(chunk)))
 
     def echoed(self, name: str) -> bool:

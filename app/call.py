@@ -96,6 +96,7 @@ class CallSession:
         self.settings = settings
         self.metrics = metrics
         self.inbound = InboundAudioClock(sample_rate=8000)
+        self.inbound.started(time.monotonic())  # made on the stream's start event
         self.frontend = FrontEnd(
             denoise=settings.denoise,
             vad_start=settings.vad_threshold,
@@ -106,6 +107,7 @@ class CallSession:
         self.playback = Playback(
             stream,
             self.now,
+            line_now=self.line_now,
             chunk_ms=settings.chunk_ms,
             min_latency_ms=REFERENCE_LEAD_MS,
             on_played=self._record_bot_audio if recorder else None,
@@ -173,6 +175,10 @@ class CallSession:
     def now(self) -> int:
         """The call clock: 8 kHz samples of caller audio received (gaps filled)."""
         return self.inbound.position
+
+    def line_now(self) -> int:
+        """Where the caller's line is on the call clock, though we may not have read it."""
+        return self.inbound.line_position(time.monotonic())
 
     def _log_event(self, event: CallEvent) -> None:
         self._log(event)
@@ -334,7 +340,7 @@ class CallSession:
         """Feed one media frame; False when the peer floods (the call must end)."""
         if event.track not in ("inbound", "inbound_track"):
             return True
-        audio = self.inbound.push(event.timestamp_ms, event.payload)
+        audio = self.inbound.push(event.timestamp_ms, event.payload, time.monotonic())
         # Gap fill counts: a timestamp jump is as much audio as the bytes it stands for.
         if self._pace.flooding(self.inbound.position):
             self.outcome = "flood"
@@ -382,9 +388,7 @@ class CallSession:
         Read here, on the event loop, because the playout clock changes on it; the
         front end's thread only gets the copy.
         """
-        # As far ahead as the schedule starts new audio: an utterance's first samples
-        # are in the reference before they can play, let alone echo.
-        end = self.inbound.position + self.playback.clock.min_latency
+        end = self.inbound.position + self.playback.clock.reference_lead
         return self.playback.clock.render(end - samples, end)
 
     async def _frontend_loop(self) -> None:

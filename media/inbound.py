@@ -12,6 +12,7 @@ from media.codec import MULAW_SILENCE
 __all__ = ["InboundAudioClock"]
 
 _JITTER_MS = 10  # timestamps wobble by a few ms; smaller mismatches are not gaps
+_MAX_LINE_LEAD_S = 1.0
 
 
 class InboundAudioClock:
@@ -29,9 +30,39 @@ class InboundAudioClock:
         self.gaps_filled_samples = 0
         self.dropped_samples = 0
         self.resyncs = 0
+        # position - arrival time x rate, at its largest over the frames so far: the
+        # frame that came least delayed says where the caller's side of the line is.
+        self._line_offset: float | None = None
 
-    def push(self, timestamp_ms: int, payload: bytes) -> bytes:
-        """Bytes to feed downstream for this chunk: gap silence, then new audio."""
+    def started(self, wall_s: float) -> None:
+        """The stream started at `wall_s` (monotonic seconds): the line is at sample 0."""
+        self._note_arrival(wall_s)
+
+    def line_position(self, wall_s: float) -> int:
+        """Where the caller's side of the line is at `wall_s`, estimated.
+
+        `position` says how much of the stream we have read, which lags the line while
+        our loop is busy (at a call's start it read ~200 ms of frames late). Audio sent
+        now starts playing at the line's position, not ours: scheduled from ours, a
+        reply's echo reference ran 70-220 ms behind its echo. Never behind `position`,
+        and never more than `_MAX_LINE_LEAD_S` ahead of it (a sender that stops).
+        """
+        if self._line_offset is None:
+            return self.position
+        estimate = round(self._line_offset + wall_s * self.sample_rate)
+        lead = round(_MAX_LINE_LEAD_S * self.sample_rate)
+        return min(max(self.position, estimate), self.position + lead)
+
+    def _note_arrival(self, wall_s: float) -> None:
+        offset = self.position - wall_s * self.sample_rate
+        if self._line_offset is None or offset > self._line_offset:
+            self._line_offset = offset
+
+    def push(self, timestamp_ms: int, payload: bytes, arrived_s: float | None = None) -> bytes:
+        """Bytes to feed downstream for this chunk: gap silence, then new audio.
+
+        `arrived_s`: when the chunk was read (monotonic seconds), for `line_position`.
+        """
         target = timestamp_ms * self.sample_rate // 1000 + self._offset
         gap = target - self.position
         out = b""
@@ -53,4 +84,6 @@ class InboundAudioClock:
             payload = payload[overlap:]
         out += payload
         self.position += len(out)
+        if arrived_s is not None:
+            self._note_arrival(arrived_s)
         return out

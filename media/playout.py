@@ -111,6 +111,7 @@ class PlayoutClock:
         self.min_latency = min_latency
         self._learn_latency = learn_latency
         self._latency_bounds = (sample_rate // 50, sample_rate // 4)  # 20-250 ms
+        self._echo_slack = sample_rate // 50  # a mark echoes up to one 20 ms frame late
         # Told (start sample, float32 pcm) for every piece of audio the caller heard, in
         # order: the call's record of the bot's side.
         self._on_played = on_played
@@ -123,6 +124,19 @@ class PlayoutClock:
         self._played: deque[tuple[int, int, np.ndarray]] = deque()
         self._tail = 0  # expected end of the last scheduled chunk
         self._marks_issued = 0
+
+    @property
+    def reference_lead(self) -> int:
+        """How far ahead of the caller's audio the echo reference is read, in samples.
+
+        Constant all call: the echo canceller finds the echo path once, and a lead that
+        moved with the learnt latency (140 ms at a call's start, 20 ms later) moved the
+        path by as much between utterances, so each reply leaked echo while it searched
+        again (the bot held itself, and answered its own "I'm sorry"). No further ahead
+        than the schedule can start new audio, or an utterance's first samples would be
+        read as silence before they were sent.
+        """
+        return self._latency_bounds[0] if self._learn_latency else self.min_latency
 
     @property
     def marks_pending(self) -> int:
@@ -185,8 +199,16 @@ class PlayoutClock:
         done: list[ChunkRecord] = []
         while not done or done[-1].name != name:
             done.append(self._pending.popitem(last=False)[1])
-        # Re-anchor: this chunk just finished, so it and its predecessors ended back to back at now.
-        end = now
+        # An echo says the chunk ended at most a frame before `now`: a mark is echoed at
+        # the first 20 ms frame boundary after its audio, with the caller's frames.
+        # Within that, the schedule stands. Re-anchored on every echo, it moved 6-16 ms
+        # back and forth between chunks, and the echo canceller, whose reference it is,
+        # lost the echo path at each move and let the bot's echo through.
+        end = done[-1].expected_end
+        if not now - self._echo_slack <= end <= now:
+            # Re-anchor: this chunk just finished, so it and its predecessors ended
+            # back to back at now.
+            end = now
         for chunk in reversed(done):
             chunk.expected_end = end
             chunk.expected_start = end - chunk.samples
@@ -196,7 +218,7 @@ class PlayoutClock:
             self._remember_audio(chunk, chunk.samples)
             if chunk.fresh and self._learn_latency:
                 self._learn(chunk.expected_start - chunk.sent_at)
-        cursor = now
+        cursor = done[-1].expected_end
         for chunk in self._pending.values():
             chunk.expected_start = cursor
             chunk.expected_end = cursor + chunk.samples

@@ -74,3 +74,31 @@ def test_a_timestamp_jumping_far_back_resynchronises_instead_of_dropping():
     assert clock.push(0, _chunk(2)) == _chunk(2)  # stream restarted its timestamps
     assert clock.resyncs == 1
     assert clock.push(20, _chunk(3)) == _chunk(3)
+
+
+def test_the_line_runs_on_with_wall_time_between_the_frames_we_read() -> None:
+    clock = InboundAudioClock()
+    clock.started(100.0)
+    assert clock.line_position(100.0) == 0
+    clock.push(0, _chunk(1), arrived_s=100.02)
+    # 50 ms after that frame the caller's side has sent 50 ms more, read or not.
+    assert clock.line_position(100.07) == 160 + 400
+
+
+def test_frames_read_late_do_not_pull_the_line_back() -> None:
+    clock = InboundAudioClock()
+    clock.started(100.0)
+    # A busy loop reads the first 200 ms of frames in one go, 200 ms late.
+    for i in range(10):
+        clock.push(20 * i, _chunk(1), arrived_s=100.4)
+    assert clock.position == 1600
+    # The start says the line is at 400 ms, not at the 200 ms read.
+    assert clock.line_position(100.4) == 3200
+
+
+def test_the_line_never_runs_more_than_a_second_ahead_of_what_was_read() -> None:
+    clock = InboundAudioClock()
+    clock.started(100.0)
+    clock.push(0, _chunk(1), arrived_s=100.02)
+    assert clock.line_position(130.0) == 160 + 8000  # the sender stopped sending
+    assert InboundAudioClock().line_position(5.0) == 0  # never started: what was read

@@ -197,3 +197,39 @@ def test_render_puts_the_schedule_on_the_call_clock():
     clock.sent("m1", 4, "a", 1, now=10, pcm=np.array([1, 2, 3, 4], np.int16))
     out = clock.render(8, 16)
     np.testing.assert_allclose(out * 32768, [0, 0, 1, 2, 3, 4, 0, 0])
+
+
+def test_an_echo_within_a_frame_of_the_schedule_leaves_it_where_it_was():
+    clock = PlayoutClock(min_latency=160)
+    pcm = np.ones(700, np.int16)
+    first = clock.new_mark_name()
+    clock.sent(first, 700, "one", 1, now=0, pcm=pcm)
+    clock.sent(clock.new_mark_name(), 700, "two", 1, now=0, pcm=pcm)
+    # Scheduled to end at 860; its mark comes back with the next caller frame, at 960.
+    clock.echoed(first, now=960)
+    # Moving the audio by those 100 samples would move the echo reference with it.
+    assert clock.render(1555, 1565).tolist() == [1 / 32768] * 5 + [0.0] * 5
+    assert clock.pending_samples(860) == 700
+
+
+def test_an_echo_that_contradicts_the_schedule_moves_it():
+    clock = PlayoutClock(min_latency=160)
+    first = _send(clock, 700, "one", now=0)
+    _send(clock, 700, "two", now=0)
+    clock.echoed(first, now=1500)  # over a frame later than the schedule's 860
+    assert clock.pending_samples(1500) == 700
+    clock2 = PlayoutClock(min_latency=160)
+    early = _send(clock2, 700, "one", now=0)
+    _send(clock2, 700, "two", now=0)
+    clock2.echoed(early, now=700)  # before the schedule said it could have ended
+    assert clock2.pending_samples(700) == 700
+
+
+def test_the_echo_reference_is_read_a_constant_lead_ahead_whatever_is_learnt():
+    clock = PlayoutClock(min_latency=480, learn_latency=True)
+    lead = clock.reference_lead
+    name = _send(clock, 800, "hello", now=0)
+    clock.echoed(name, 2000)  # a slow first start: the learnt latency grows
+    assert clock.min_latency > 480
+    assert clock.reference_lead == lead == 160  # 20 ms, the latency's floor
+    assert PlayoutClock(min_latency=240).reference_lead == 240  # nothing learnt: as set
