@@ -98,6 +98,7 @@ def interruption_stops_fast(onset_ms: int) -> Callable[[Outcome], None]:
 
 QUESTION = "What time do you open tomorrow?"
 CORRECTION_TEXT = "No wait, actually I meant Saturday."
+PHARMACY = "Could you check whether the pharmacy on Main Street is open on Sunday?"
 BOOKING = "I'd like to book a table for four people on Friday."
 
 CASES = [
@@ -152,6 +153,17 @@ CASES = [
         )
         for pause in (500, 1000, 1500)
     ],
+    Case(
+        "a question Whisper closed before its clause's verb is not answered in the pause",
+        # "Could you check whether the pharmacy on Main Street | is open on Sunday?": at
+        # the 1 s pause Whisper wrote a question mark and Smart Turn said 0.985.
+        [Say(2500), Quiet(1000), Say(1200)],
+        [
+            Hears(2600, "Could you check whether the pharmacy on Main Street?", probability=0.985),
+            Hears(10_000, PHARMACY, probability=0.9),
+        ],
+        never_answered_before(2500 + 1000 + 1200, PHARMACY),
+    ),
     Case(
         "a caller who trails off is still answered, after the longer wait",
         [Say(1500)],

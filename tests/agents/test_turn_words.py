@@ -116,7 +116,35 @@ def test_words_that_stop_where_a_sentence_cannot_look_unfinished(text: str) -> N
 
 
 @pytest.mark.parametrize(
-    "text", ["Thank you.", "Thanks.", "What is it for?", "A table for four.", ""]
+    "text",
+    [
+        # Whisper's question mark at a 1 s pause before "is open on Sunday" (bench turns).
+        "Could you check whether the pharmacy on Main Street?",
+        "Can you check if my order?",
+        "Please ring the bell twice, because the first one.",
+        "I'm calling about my order. Do you know whether the courier from yesterday?",
+    ],
+)
+def test_a_clause_with_its_subject_and_no_verb_yet_looks_unfinished(text: str) -> None:
+    assert looks_unfinished(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Thank you.",
+        "Thanks.",
+        "What is it for?",
+        "A table for four.",
+        "",
+        "Could you check whether the pharmacy on Main Street is open on Sunday?",
+        "Do you know if they deliver?",
+        "Can you tell me if the store opens early?",
+        "I wonder if you could help me.",
+        "Call me back if possible.",
+        "Please ring the bell twice, because the first one is broken.",
+        "Is it open even if it's raining?",
+    ],
 )
 def test_finished_words_do_not_look_unfinished(text: str) -> None:
     assert not looks_unfinished(text)
