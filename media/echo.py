@@ -15,10 +15,11 @@ converges slowly. AEC3 estimates the echo delay itself (it cancels anything from
 40 to 500 ms behind the reference) and re-estimates it when it changes mid-call.
 
 The reference is the far end: the bot audio the `PlayoutClock` says Twilio played at
-each moment of the call clock, read as far ahead as the schedule starts new audio
-(`REFERENCE_LEAD_MS` until the call's first mark echoes tell the real figure; see
-app/call.py). AEC3 needs the reference to lead the echo: a delay near zero cancels
-poorly, and a reference that runs behind the echo cannot be cancelled at all.
+each moment of the call clock, read a constant `PlayoutClock.reference_lead` (20 ms)
+ahead of the caller's audio, so the echo path AEC3 finds does not move between
+utterances (see app/call.py). AEC3 needs the reference to lead the echo: a delay near
+zero cancels poorly, and a reference that runs behind the echo cannot be cancelled at
+all.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ __all__ = ["AEC_DELAY_SAMPLES", "ECHO_RATE", "REFERENCE_LEAD_MS", "EchoCanceller
 
 ECHO_RATE = 8000  # the phone line's rate: cancel before anything is resampled
 # How late the schedule starts audio just sent, until the call's mark echoes have measured
-# it, and so how far ahead of the playout schedule the reference is read. AEC3 cancels
-# well from ~40 ms of echo delay up; the longest real echo path (400 ms) plus this stays
-# inside AEC3's ~500 ms reach.
+# it. AEC3 cancels well from ~40 ms of echo delay up; the longest real echo path (400 ms)
+# plus this stays inside AEC3's ~500 ms reach. (The benches' and tests' own schedules
+# read the reference this far ahead; a call reads it `PlayoutClock.reference_lead` ahead.)
 REFERENCE_LEAD_MS = 60
 _FRAME = ECHO_RATE // 100  # AEC3 takes exactly 10 ms per call
 # The module's capture path lags its input by 88 samples at 8 kHz (its internal split
