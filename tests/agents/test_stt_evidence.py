@@ -286,5 +286,9 @@ def test_a_spoken_last_word_after_a_dangling_word_is_kept(
     tiny: WhisperTranscriber, said: str, engine: str
 ) -> None:
     transcript, _ = _hear(tiny, speak(said, engine=engine))
-    last = said.rstrip(".?").split()[-1].lower()
-    assert transcript.text.lower().rstrip(".?!").endswith(last), transcript.text
+    # Kept means a word still follows the dangling one. Which word is Whisper's accuracy,
+    # not the drop rule's: one Piper rendering in ~100 of "for two" came back "for tubes".
+    *_, dangling, _last = said.lower().rstrip(".?").split()
+    heard = transcript.text.lower().rstrip(".?!").split()
+    assert heard and heard[-1] != dangling, transcript.text
+    assert len(heard) >= len(said.split()), transcript.text
