@@ -63,6 +63,11 @@ class ModelSettings(Protocol):
     def llm_embedded_port(self) -> int: ...
 
     @property
+    def llm_servers(self) -> int:
+        """How many embedded llama.cpp servers to start (with no LLM_BASE_URL)."""
+        ...
+
+    @property
     def greeting(self) -> str: ...
 
     @property

@@ -16,7 +16,7 @@ import numpy as np
 
 from agents.assets import STT_ASSETS, ModelCache
 from agents.cascade.agent import CascadeModels, EndOfTurn
-from agents.cascade.llm import ChatModel, EmbeddedLlamaServer, Message, OpenAIChat
+from agents.cascade.llm import ChatModel, ChatPool, EmbeddedLlamaServer, Message, OpenAIChat
 from agents.cascade.stt import WhisperTranscriber
 from agents.cascade.tts import PiperSpeaker
 from agents.config import ModelSettings
@@ -25,8 +25,11 @@ from media.turn import EndOfTurnModel
 log = logging.getLogger(__name__)
 
 
-async def load_models(settings: ModelSettings, stack: AsyncExitStack) -> CascadeModels:
-    """Assemble, verify and load every model; start the embedded LLM if none is configured.
+async def load_models(
+    settings: ModelSettings, stack: AsyncExitStack, *, llm_servers: int | None = None
+) -> CascadeModels:
+    """Assemble, verify and load every model; start the embedded LLM if none is configured
+    (`llm_servers` copies of it, or as many as the settings say).
 
     Cleanup of what was started is pushed onto `stack`, so the caller's lifespan closes it.
     """
@@ -41,7 +44,7 @@ async def load_models(settings: ModelSettings, stack: AsyncExitStack) -> Cascade
         voice = await asyncio.to_thread(cache.path, "piper-joe-medium")
     turn_model = await asyncio.to_thread(cache.path, "smart-turn-v3.2")
 
-    llm = await _language_model(settings, cache, stack)
+    llm = await _language_model(settings, cache, stack, llm_servers or settings.llm_servers)
     stt, tts, eot = await asyncio.gather(
         asyncio.to_thread(
             WhisperTranscriber, stt_dir, threads=threads, language=settings.stt_language
@@ -61,35 +64,60 @@ async def load_models(settings: ModelSettings, stack: AsyncExitStack) -> Cascade
 
 
 async def _language_model(
-    settings: ModelSettings, cache: ModelCache, stack: AsyncExitStack
+    settings: ModelSettings, cache: ModelCache, stack: AsyncExitStack, servers: int
 ) -> ChatModel:
     tools = settings.llm_tools
     if settings.llm_base_url:
-        base_url, model, api_key = settings.llm_base_url, settings.llm_model, settings.llm_api_key
+        endpoints = [settings.llm_base_url]
+        model, api_key = settings.llm_model, settings.llm_api_key
     else:
         gguf = Path(settings.llm_gguf) if settings.llm_gguf else None
         if gguf is None:
             gguf = await asyncio.to_thread(cache.path, "smollm2-135m-instruct")
-        server = EmbeddedLlamaServer(
-            gguf, port=settings.llm_embedded_port, threads=settings.model_threads
-        )
-        await server.start()
-        stack.push_async_callback(server.stop)
-        base_url, model, api_key = server.base_url, server.model_name, ""
+        started = await _start_embedded_servers(gguf, settings, servers, stack)
+        endpoints = [server.base_url for server in started]
+        model, api_key = started[0].model_name, ""
         if tools == "auto" and not settings.llm_gguf:
             # The bundled 135M model does not call tools: intents come from the words.
             tools = "off"
-    chat = OpenAIChat(
-        base_url=base_url,
-        model=model,
-        api_key=api_key,
-        max_tokens=settings.llm_max_tokens,
-        temperature=settings.llm_temperature,
-        first_token_timeout_s=settings.llm_timeout_s,
-        tools="on" if tools == "on" else "off" if tools == "off" else "auto",
-    )
-    stack.push_async_callback(chat.aclose)
-    return chat
+    chats = [
+        OpenAIChat(
+            base_url=base_url,
+            model=model,
+            api_key=api_key,
+            max_tokens=settings.llm_max_tokens,
+            temperature=settings.llm_temperature,
+            first_token_timeout_s=settings.llm_timeout_s,
+            tools="on" if tools == "on" else "off" if tools == "off" else "auto",
+        )
+        for base_url in endpoints
+    ]
+    for chat in chats:
+        stack.push_async_callback(chat.aclose)
+    return chats[0] if len(chats) == 1 else ChatPool(chats)
+
+
+async def _start_embedded_servers(
+    gguf: Path, settings: ModelSettings, count: int, stack: AsyncExitStack
+) -> list[EmbeddedLlamaServer]:
+    """`count` copies of llama.cpp's server, each writing one reply at a time.
+
+    The first, which a lone call always gets, has MODEL_THREADS threads; the others one
+    each. llama.cpp's threads spin while they wait for each other, so 4 servers of 2
+    threads on 2 cores took 1.3-14.5 s to a first clause with 4 calls asking at once;
+    `offhook bench llm` on 2 cores, first clause p50 / p90: 1 call 133-245 / 356-383 ms
+    on 2 threads, 288 / 424 on 1; 4 calls at once 1168-1271 / 2117-2275 ms on one
+    server, 359 / 508 on 4x1, 382-391 / 1071-1079 on 2+1+1+1.
+    """
+    threads = [settings.model_threads if index == 0 else 1 for index in range(count)]
+    servers = [
+        EmbeddedLlamaServer(gguf, port=settings.llm_embedded_port if index == 0 else 0, threads=n)
+        for index, n in enumerate(threads)
+    ]
+    for server in servers:
+        stack.push_async_callback(server.stop)
+    await asyncio.gather(*(server.start() for server in servers))
+    return servers
 
 
 async def _warm_up(models: CascadeModels, settings: ModelSettings) -> None:
@@ -100,13 +128,19 @@ async def _warm_up(models: CascadeModels, settings: ModelSettings) -> None:
     silence = np.zeros(16000, dtype=np.float32)
     await asyncio.to_thread(models.stt.transcribe, silence)
     await asyncio.to_thread(models.end_of_turn.predict, silence)
+    # The same layout as a call's first turn: persona, greeting, caller.
+    messages: list[Message] = [{"role": "system", "content": settings.persona()}]
+    if settings.greeting:
+        messages.append({"role": "assistant", "content": settings.greeting})
+    messages.append({"role": "user", "content": "Hello?"})
+    llm = models.llm
+    chats = llm.members if isinstance(llm, ChatPool) else [llm]
+    await asyncio.gather(*(_warm_up_llm(chat, messages) for chat in chats))
+
+
+async def _warm_up_llm(chat: ChatModel, messages: list[Message]) -> None:
     try:
-        # The same layout as a call's first turn: persona, greeting, caller.
-        messages: list[Message] = [{"role": "system", "content": settings.persona()}]
-        if settings.greeting:
-            messages.append({"role": "assistant", "content": settings.greeting})
-        messages.append({"role": "user", "content": "Hello?"})
-        async for _ in models.llm.stream(messages):
+        async for _ in chat.stream(messages):
             pass
     except Exception as exc:  # a remote LLM may be down at start; calls will apologise
         log.warning("LLM warm-up failed: %s", exc)

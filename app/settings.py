@@ -294,6 +294,12 @@ class Settings:
     llm_embedded_port: int = _env_field(
         "LLM_EMBEDDED_PORT", 0, "Port of the embedded llama.cpp server (0: pick a free one)."
     )
+    llm_embedded_servers: int = _env_field(
+        "LLM_EMBEDDED_SERVERS",
+        0,
+        "Embedded llama.cpp servers (each writes one reply at a time). 0: one per call "
+        "(MAX_CALLS). The first uses MODEL_THREADS threads, the others one each.",
+    )
     tts_voice: str = _env_field(
         "TTS_VOICE", "", "Piper voice .onnx file. Empty: bundled en_US joe (medium)."
     )
@@ -414,6 +420,10 @@ class Settings:
             )
         if self.max_calls < 1:
             raise SettingsError(f"MAX_CALLS must be >= 1, got {self.max_calls}")
+        if self.llm_embedded_servers < 0:
+            raise SettingsError(
+                f"LLM_EMBEDDED_SERVERS must be >= 0, got {self.llm_embedded_servers}"
+            )
         if self.llm_tools not in ("auto", "on", "off"):
             raise SettingsError(f"LLM_TOOLS must be auto, on or off, got {self.llm_tools!r}")
         if self.transfer_key and (
@@ -474,6 +484,12 @@ class Settings:
     def rest_credentials(self) -> bool:
         """Twilio's REST API can be used (hang-up, transfer, outbound calls)."""
         return bool(self.twilio_account_sid and self.twilio_auth_token)
+
+    @property
+    def llm_servers(self) -> int:
+        """How many embedded llama.cpp servers to start: LLM_EMBEDDED_SERVERS, or one
+        per call."""
+        return self.llm_embedded_servers or self.max_calls
 
     @property
     def worker_urls(self) -> list[str]:

@@ -20,6 +20,8 @@
                             concurrent: MB per 10 calls after warm-up (ops/bench_soak.py)
     offhook bench abuse     each attack of a stranger beside a live call: its underruns,
                             mouth-to-mouth and the server's RSS (ops/bench_abuse.py)
+    offhook bench llm       embedded LLM servers: first clause when 1..N calls ask at
+                            once, per layout of servers x threads (ops/bench_llm.py)
 
 `call` starts the bot in-process on 127.0.0.1 (or dials `--url`), plays a Twilio caller
 with espeak speech through 8 kHz mu-law, and reads every figure off the simulated
@@ -382,11 +384,14 @@ def main(argv: list[str] | None = None) -> int:
     lanes = add_lanes_parser(sub)
     from ops.bench_abuse import add_parser as add_abuse_parser
     from ops.bench_abuse import bench_abuse
+    from ops.bench_llm import add_parser as add_llm_parser
+    from ops.bench_llm import bench_llm
     from ops.bench_soak import add_parser as add_soak_parser
     from ops.bench_soak import bench_soak
 
     soak = add_soak_parser(sub)
     abuse = add_abuse_parser(sub)
+    llm = add_llm_parser(sub)
     for p in (
         call,
         frontend,
@@ -399,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         turns,
         soak,
         abuse,
+        llm,
     ):
         p.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
@@ -417,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         "turns": bench_turns,
         "soak": bench_soak,
         "abuse": bench_abuse,
+        "llm": bench_llm,
     }
     result = runs[args.what](args)
     show = print_lanes if args.what == "lanes" else _print

@@ -224,6 +224,88 @@ class OpenAIChat:
         await self._client.close()
 
 
+class PooledChat(ChatModel, ToolChat, Protocol):
+    """What a ChatPool member is: an OpenAIChat, or anything streaming like one."""
+
+    @property
+    def model(self) -> str: ...
+
+    async def aclose(self) -> None: ...
+
+
+class ChatPool:
+    """Several copies of one chat endpoint, serving as one: each reply goes to the copy
+    writing the fewest replies; among those to the first (the embedded one with the most
+    threads), else to the one that last wrote for the longest part of the same
+    conversation (its prompt cache holds that prefix).
+
+    The embedded llama.cpp server writes one reply at a time. With 4 calls ending their
+    turns at once, the fourth caller's first clause waited for three whole replies
+    (p90 2.1-2.3 s on 2 cores in `offhook bench llm`); with a server per call, 1.1 s.
+    """
+
+    def __init__(self, members: Sequence[PooledChat]) -> None:
+        if not members:
+            raise ValueError("a chat pool needs at least one member")
+        self.members = list(members)
+        self._active = [0] * len(members)
+        self._last: list[list[Message]] = [[] for _ in members]
+
+    @property
+    def model(self) -> str:
+        return self.members[0].model
+
+    @property
+    def offers_tools(self) -> bool:
+        return self.members[0].offers_tools
+
+    def busy(self) -> list[int]:
+        """Replies being written by each member, in order."""
+        return list(self._active)
+
+    def _lease(self, messages: Sequence[Message]) -> int:
+        def preference(index: int) -> tuple[int, bool, int, int]:
+            shared = _shared_prefix(self._last[index], messages)
+            return (self._active[index], index != 0, -shared, index)
+
+        index = min(range(len(self.members)), key=preference)
+        self._active[index] += 1
+        self._last[index] = [dict(message) for message in messages]
+        return index
+
+    async def stream(self, messages: Sequence[Message]) -> AsyncIterator[str]:
+        index = self._lease(messages)
+        try:
+            async for delta in self.members[index].stream(messages):
+                yield delta
+        finally:
+            self._active[index] -= 1
+
+    async def stream_tools(
+        self, messages: Sequence[Message], tools: Sequence[Tool]
+    ) -> AsyncIterator[str | ToolCall]:
+        index = self._lease(messages)
+        try:
+            async for item in self.members[index].stream_tools(messages, tools):
+                yield item
+        finally:
+            self._active[index] -= 1
+
+    async def aclose(self) -> None:
+        for member in self.members:
+            await member.aclose()
+
+
+def _shared_prefix(before: Sequence[Message], now: Sequence[Message]) -> int:
+    """How many leading messages two prompts have in common."""
+    shared = 0
+    for old, new in zip(before, now, strict=False):
+        if old != new:
+            break
+        shared += 1
+    return shared
+
+
 class _ToolsRefused(Exception):
     """The endpoint rejected a request because it offered tools."""
 
@@ -328,6 +410,11 @@ class EmbeddedLlamaServer:
             # (tokens x vocabulary floats: ~60 MB), so the child grew call after call.
             "--cache_size",
             str(LLM_PROMPT_CACHE_BYTES),
+            # llama_cpp.server's default ends a streaming reply as soon as another
+            # request waits: with two calls at once, one caller's answer stopped after
+            # however many words it had (often none).
+            "--interrupt_requests",
+            "false",
             "--verbose",
             "false",
         ]

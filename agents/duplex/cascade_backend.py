@@ -223,7 +223,8 @@ class CascadeDuplexBackend:
 
         stack = AsyncExitStack()
         try:
-            models = await load_models(settings, stack)
+            # A worker serves one call at a time: one embedded LLM server is enough.
+            models = await load_models(settings, stack, llm_servers=1)
         except BaseException:
             await stack.aclose()
             raise

@@ -1,0 +1,129 @@
+"""Calls that ask at once are written at once: several LLM servers behind one ChatPool.
+
+The dispatch is tested on in-process members that stream until told to finish; the
+embedded llama.cpp server itself, on the bundled model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+
+from agents.assets import ModelCache
+from agents.cascade.llm import ChatPool, EmbeddedLlamaServer, Message, OpenAIChat, Tool, ToolCall
+from app.settings import Settings
+
+SYSTEM: Message = {"role": "system", "content": "You answer the phone."}
+
+
+def asking(question: str, *history: Message) -> list[Message]:
+    return [SYSTEM, *history, {"role": "user", "content": question}]
+
+
+class HeldChat:
+    """A member whose replies stream one word, then wait for `finish`."""
+
+    def __init__(self, name: str) -> None:
+        self.model = name
+        self.asked: list[list[Message]] = []
+        self.finish = asyncio.Event()
+        self.offers_tools = False
+
+    async def stream(self, messages: Sequence[Message]) -> AsyncIterator[str]:
+        self.asked.append(list(messages))
+        yield f"{self.model} "
+        await self.finish.wait()
+        yield "done."
+
+    async def stream_tools(
+        self, messages: Sequence[Message], tools: Sequence[Tool]
+    ) -> AsyncIterator[str | ToolCall]:
+        async for delta in self.stream(messages):
+            yield delta
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def first_word(pool: ChatPool, messages: list[Message]) -> tuple[str, AsyncIterator[str]]:
+    stream = pool.stream(messages)
+    return (await anext(stream)).strip(), stream
+
+
+async def test_replies_asked_for_at_once_go_to_different_servers() -> None:
+    members = [HeldChat("a"), HeldChat("b"), HeldChat("c")]
+    pool = ChatPool(members)
+    first = [await first_word(pool, asking(q)) for q in ("Parking?", "Hours?", "Menu?")]
+    assert [name for name, _ in first] == ["a", "b", "c"]
+    assert pool.busy() == [1, 1, 1]
+    for member in members:
+        member.finish.set()
+    for _, stream in first:
+        assert [delta async for delta in stream] == ["done."]
+    assert pool.busy() == [0, 0, 0]
+
+
+async def test_a_lone_reply_goes_to_the_first_server() -> None:
+    members = [HeldChat("a"), HeldChat("b")]
+    for member in members:
+        member.finish.set()
+    pool = ChatPool(members)
+    for question in ("Parking?", "Hours?", "Menu?"):
+        words = [delta async for delta in pool.stream(asking(question))]
+        assert words[0].strip() == "a"
+    assert len(members[1].asked) == 0
+
+
+async def test_a_busy_call_goes_back_to_the_server_holding_its_conversation() -> None:
+    members = [HeldChat("a"), HeldChat("b"), HeldChat("c")]
+    pool = ChatPool(members)
+    earlier = [await first_word(pool, asking(q)) for q in ("Parking?", "Hours?", "Menu?")]
+    members[1].finish.set()
+    members[2].finish.set()
+    for _, stream in earlier[1:]:
+        _ = [delta async for delta in stream]
+    # "a" still writes; the caller who asked "Menu?" on "c" goes on, and "c" has their
+    # conversation in its prompt cache.
+    history = [
+        {"role": "user", "content": "Menu?"},
+        {"role": "assistant", "content": "c done."},
+    ]
+    name, stream = await first_word(pool, asking("And desserts?", *history))
+    assert name == "c"
+    _ = [delta async for delta in stream]
+
+
+async def test_a_reply_abandoned_midway_frees_its_server() -> None:
+    members = [HeldChat("a"), HeldChat("b")]
+    pool = ChatPool(members)
+    _, stream = await first_word(pool, asking("Parking?"))
+    assert pool.busy() == [1, 0]
+    await stream.aclose()  # the caller hung up, or barged in
+    assert pool.busy() == [0, 0]
+
+
+@pytest.fixture(scope="module")
+def smollm() -> ModelCache:
+    return ModelCache(Settings.from_env({}).model_cache_dir)
+
+
+async def test_a_server_asked_twice_at_once_finishes_both_replies(smollm: ModelCache) -> None:
+    # llama_cpp.server's default ends a streaming reply once another request waits: the
+    # first caller's answer stopped after the words it had (often none).
+    server = EmbeddedLlamaServer(smollm.path("smollm2-135m-instruct"), threads=1)
+    await server.start()
+    chat = OpenAIChat(base_url=server.base_url, model=server.model_name, max_tokens=40)
+    try:
+
+        async def reply(question: str) -> str:
+            return "".join([delta async for delta in chat.stream(asking(question))])
+
+        replies = await asyncio.gather(
+            reply("Tell me about your opening hours."), reply("Where can I park near you?")
+        )
+    finally:
+        await chat.aclose()
+        await server.stop()
+    assert all(len(text.split()) >= 5 for text in replies), replies
