@@ -22,7 +22,7 @@ import numpy as np
 
 from agents.cascade.clauses import ClauseSplitter
 from agents.cascade.draft import DraftBoard, ReplyDraft
-from agents.cascade.llm import ChatModel, Message, ToolCall, ToolChat
+from agents.cascade.llm import ChatModel, ChatPool, Message, ToolCall, ToolChat
 from agents.cascade.stt import SpeechToText, Transcript, assess
 from agents.cascade.tts import TextToSpeech
 from agents.control import CALL_TOOLS, CallControls, CallPolicy, EndReason, TransferReason
@@ -202,6 +202,7 @@ class CascadeAgent:
         draft_replies: bool = True,
     ) -> None:
         self.models = models
+        self._llm: ChatModel = models.llm  # a pool's session for this call while it runs
         self.controls = controls
         self.policy = policy or CallPolicy()
         self._ending = False  # the goodbye is said (or being said): the call is over
@@ -255,6 +256,8 @@ class CascadeAgent:
             self._tasks = tasks
             self._serving = True
             self.models.drafts.call_started()
+            session = self.models.llm.session() if isinstance(self.models.llm, ChatPool) else None
+            self._llm = session or self.models.llm
             try:
                 if voicemail is not None:
                     self._emit(CallEnding(reason="voicemail"))
@@ -281,6 +284,8 @@ class CascadeAgent:
                     self._running.task.cancel()
                 self.models.scheduler.forget(self)
                 self.models.drafts.call_ended()
+                if session is not None:
+                    session.close()
                 self._drop_draft()
                 self._stop_following()
                 self._serving = False
@@ -809,7 +814,7 @@ class CascadeAgent:
         return called[0] if called else None
 
     def _llm_items(self, messages: list[Message]) -> AsyncIterator[str | ToolCall]:
-        llm = self.models.llm
+        llm = self._llm
         if isinstance(llm, ToolChat) and llm.offers_tools and self.controls is not None:
             return llm.stream_tools(messages, CALL_TOOLS)
         return llm.stream(messages)

@@ -12,7 +12,15 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 
 from agents.assets import ModelCache
-from agents.cascade.llm import ChatPool, EmbeddedLlamaServer, Message, OpenAIChat, Tool, ToolCall
+from agents.cascade.llm import (
+    ChatPool,
+    ChatSession,
+    EmbeddedLlamaServer,
+    Message,
+    OpenAIChat,
+    Tool,
+    ToolCall,
+)
 from app.settings import Settings
 
 SYSTEM: Message = {"role": "system", "content": "You answer the phone."}
@@ -93,6 +101,40 @@ async def test_a_busy_call_goes_back_to_the_server_holding_its_conversation() ->
     name, stream = await first_word(pool, asking("And desserts?", *history))
     assert name == "c"
     _ = [delta async for delta in stream]
+
+
+async def test_each_call_keeps_to_a_server_of_its_own() -> None:
+    members = [HeldChat("a"), HeldChat("b"), HeldChat("c")]
+    for member in members:
+        member.finish.set()
+    pool = ChatPool(members)
+    first, second = pool.session(), pool.session()
+
+    async def heard(session: ChatSession, question: str) -> str:
+        return "".join([delta async for delta in session.stream(asking(question))])
+
+    # The same words from both callers (scripted calls): each stays on its own server.
+    for _ in range(3):
+        assert (await heard(first, "Parking?")).startswith("a")
+        assert (await heard(second, "Parking?")).startswith("b")
+    first.close()
+    third = pool.session()  # the first caller hung up: their server is free for the next
+    assert (await heard(third, "Hours?")).startswith("a")
+
+
+async def test_a_call_whose_server_is_busy_is_answered_by_another() -> None:
+    members = [HeldChat("a"), HeldChat("b")]
+    pool = ChatPool(members)
+    caller, other = pool.session(), pool.session()
+    _, writing = await first_word(pool, asking("Menu?"))  # a reply outside any call, on "a"
+    stream = caller.stream(asking("Parking?"))
+    assert (await anext(stream)).strip() == "b"
+    assert pool.busy() == [1, 1]
+    for member in members:
+        member.finish.set()
+    _ = [delta async for delta in stream] + [delta async for delta in writing]
+    other.close()
+    caller.close()
 
 
 async def test_a_reply_abandoned_midway_frees_its_server() -> None:
