@@ -10,7 +10,7 @@ TTS clauses and llama.cpp prompts, take ~30 calls to fill on the bundled models)
 `--calls` sequential calls, then `--rounds` rounds of `--concurrent` calls at
 once. After every call (or round), once the server says no call is active and its
 record is closed, the server's resident memory (VmRSS from /proc) is read; the
-embedded llama.cpp server, a child process, is reported apart.
+embedded llama.cpp servers, child processes, are reported apart (summed).
 
 Figures: the least-squares trend of RSS over the sequential calls, in MB per 10 calls
 (the target: under 1 MB), the spread around it, and RSS after each concurrent round.

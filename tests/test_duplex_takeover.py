@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from agents.cascade.agent import CascadeModels
-from agents.cascade.llm import OpenAIChat
+from agents.cascade.llm import ChatPool, OpenAIChat
 from agents.conversation import Speaker, Turn
 from agents.duplex.local import LocalWorkers
 from agents.events import Fallback, parse_timeline
@@ -34,10 +34,12 @@ QUESTION = "Can you tell me which planet in our solar system is the largest one?
 
 @pytest.fixture
 def worker(models: CascadeModels, tmp_path: Path) -> Iterator[LocalWorkers]:
-    assert isinstance(models.llm, OpenAIChat)
+    # The worker shares the bot's first embedded llama.cpp server, as --local-workers does.
+    llm = models.llm.members[0] if isinstance(models.llm, ChatPool) else models.llm
+    assert isinstance(llm, OpenAIChat)
     env = {
-        "LLM_BASE_URL": models.llm.base_url,
-        "LLM_MODEL": models.llm.model,
+        "LLM_BASE_URL": llm.base_url,
+        "LLM_MODEL": llm.model,
         "LOG_LEVEL": "WARNING",
     }
     workers = LocalWorkers(1, free_port(), env=env, log_dir=tmp_path)
