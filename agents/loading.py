@@ -102,7 +102,7 @@ async def _start_embedded_servers(
 ) -> list[EmbeddedLlamaServer]:
     """`count` copies of llama.cpp's server, each writing one reply at a time.
 
-    The first, which a lone call always gets, has MODEL_THREADS threads; the others one
+    The first, which a new lone call gets, has MODEL_THREADS threads; the others one
     each. llama.cpp's threads spin while they wait for each other, so 4 servers of 2
     threads on 2 cores took 1.3-14.5 s to a first clause with 4 calls asking at once;
     `offhook bench llm` on 2 cores, first clause p50 / p90: 1 call 133-245 / 356-383 ms
