@@ -221,6 +221,9 @@ class EndOfTurn(CallEvent):
     silence_ms: int = 0
     text: str = ""
     hearing: str = ""  # heard / unclear / nothing: what the transcript's evidence said
+    # Whisper's evidence for it: its no-speech probability and mean token log-probability.
+    no_speech_prob: float = 0.0
+    avg_logprob: float = 0.0
 
 
 @_event

@@ -469,6 +469,8 @@ class CascadeAgent:
             text=text,
             hearing=hearing,
             capped=ticket.capped,
+            no_speech_prob=transcript.no_speech_prob,
+            avg_logprob=transcript.avg_logprob,
         )
 
     def _answer(self, answer: Answer) -> None:

@@ -295,6 +295,16 @@ UNRELIABLE_LOGPROB = -1.5
 #   3 s of speech, no_speech_prob > 0.6, avg_logprob -1.9) must be asked again, never
 #   ignored. The longest non-speech the VAD passed was unprimed babble, 1.5 s.
 SPEECH_OUTWEIGHS_SILENCE_MS = 2000
+# - ...and past this much, when Whisper wrote words (however doubtful): in calls, tiny.en
+#   gave a one-word question its silence vote at random (Piper's "Parking?" under echo
+#   and under babble, 380-420 ms of speech, written "Parking" / "working"; the same
+#   word in other calls scored no_speech_prob 0.40-0.55), and likewise the "Thanks," of
+#   "Thanks, that's all" under babble ("and", 420 ms). Ignored, the caller waits in
+#   silence; asked again, they repeat themselves. Non-speech the VAD passes with words
+#   written is unprimed babble (background talk that starts mid-call, 1.1-1.5 s, until
+#   the speech gate's floor catches up): it costs one "could you say that again?".
+#   The VAD passed no cough, breath, click, tone or hum (0 ms).
+WORDS_OUTWEIGH_SILENCE_MS = 300
 
 # - Speech Whisper cannot follow (espeak Spanish through calls and offline) also comes
 #   back as a sentence that says itself again ("I'm going to be doing this, and I'm
@@ -347,6 +357,8 @@ def assess(transcript: Transcript, *, speech_ms: int) -> Hearing:
     # Punctuation alone (tiny.en writes ". . ." on hiss at -0.09) vouches for no words.
     logprob = transcript.avg_logprob if words else -math.inf
     if no_speech > SILENCE_NO_SPEECH_PROB and logprob < SILENCE_LOGPROB:
+        if words and speech_ms >= WORDS_OUTWEIGH_SILENCE_MS:
+            return Hearing.UNCLEAR
         if speech_ms < SPEECH_OUTWEIGHS_SILENCE_MS:
             return Hearing.NOTHING
         return Hearing.UNCLEAR

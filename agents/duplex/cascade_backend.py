@@ -442,6 +442,8 @@ class CascadeDuplexBackend:
             text=transcript.text.strip(),
             hearing=Hearing(assess(transcript, speech_ms=ticket.speech_ms).value),
             capped=ticket.capped,
+            no_speech_prob=transcript.no_speech_prob,
+            avg_logprob=transcript.avg_logprob,
         )
 
     async def _maybe_backchannel(self, outcome: UnitOutcome) -> None:

@@ -181,6 +181,9 @@ class Evaluation:
     text: str
     hearing: Hearing
     capped: bool = False
+    # Whisper's own evidence behind `hearing`, for the record (agents/cascade/stt.py).
+    no_speech_prob: float = 0.0
+    avg_logprob: float = 0.0
 
 
 # --- decisions ---------------------------------------------------------------------------
@@ -571,6 +574,8 @@ class TurnEngine:
                 silence_ms=silence_ms,
                 text=result.text,
                 hearing=result.hearing.value,
+                no_speech_prob=round(result.no_speech_prob, 3),
+                avg_logprob=round(result.avg_logprob, 3),
             )
         )
         speech_ms = _ms(self._speech_in_turn)
@@ -624,7 +629,9 @@ class TurnEngine:
         # low even on complete questions, so Whisper's punctuation leads and Smart Turn
         # can only shorten the wait.
         if result.hearing is not Hearing.HEARD:
-            wait = cfg.min_silence_ms if sure else cfg.max_silence_ms
+            # No words to go on, so no hurry: asking again into a comma's pause talks
+            # over the caller ("Thanks, | that's all", whose "Thanks" Whisper made "and").
+            wait = cfg.statement_min_silence_ms if sure else cfg.max_silence_ms
         elif unfinished:
             wait = cfg.unfinished_max_silence_ms
         elif question or is_farewell(text):
