@@ -156,22 +156,36 @@ def build_line(
     return BuiltLine(line=line, schedule=schedule, spans=spans)
 
 
+def line_references(built: BuiltLine) -> list[np.ndarray]:
+    """The echo reference for each 20 ms frame of the line, read as a call reads it.
+
+    The bot's audio is scheduled on a `PlayoutClock` set up like a call's (agents/
+    playback.py: sent `REFERENCE_LEAD_MS` before it plays, the latency learnt from mark
+    echoes) and each frame's reference is read the clock's `reference_lead` ahead, so
+    the echo canceller sees the same echo delay here as on a call.
+    """
+    from media.echo import REFERENCE_LEAD_MS
+    from media.playout import PlayoutClock
+
+    lead = RATE * REFERENCE_LEAD_MS // 1000
+    clock = PlayoutClock(RATE, min_latency=lead, learn_latency=True)
+    for k, (start, pcm) in enumerate(built.schedule):
+        clock.sent(f"m{k}", pcm.size, "", k, now=start - lead, pcm=pcm.astype(np.int16))
+    ahead = clock.reference_lead
+    count = built.line.size // 160
+    return [clock.render(i * 160 + ahead, i * 160 + 160 + ahead) for i in range(count)]
+
+
 def run_front_end(
     built: BuiltLine, *, denoise: bool, echo_cancel: bool, gate_db: float = 5.0
 ) -> tuple[np.ndarray, float]:
     """The front end over a built line, fed like a call; returns 16 kHz output, µs/frame."""
     from media.codec import mulaw_encode
-    from media.echo import REFERENCE_LEAD_MS
     from media.frontend import FrontEnd
-    from media.playout import PlayoutClock
 
-    lead = RATE * REFERENCE_LEAD_MS // 1000
-    clock = PlayoutClock(RATE, min_latency=lead)
-    for k, (start, pcm) in enumerate(built.schedule):
-        clock.sent(f"m{k}", pcm.size, "", k, now=start - lead, pcm=pcm.astype(np.int16))
     front = FrontEnd(denoise=denoise, echo_cancel=echo_cancel, gate_margin_db=gate_db)
-    frames = [mulaw_encode(built.line[i : i + 160]) for i in range(0, built.line.size - 159, 160)]
-    references = [clock.render(i * 160 + lead, i * 160 + 160 + lead) for i in range(len(frames))]
+    references = line_references(built)
+    frames = [mulaw_encode(built.line[i * 160 : i * 160 + 160]) for i in range(len(references))]
     out = []
     started = time.process_time()
     for frame, reference in zip(frames, references, strict=True):

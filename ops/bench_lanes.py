@@ -137,10 +137,8 @@ def _cpu_seconds() -> tuple[float, float]:
 def build_workload() -> Workload:
     """The `bench frontend` line, as Twilio frames and the playout clock's references."""
     from media.codec import mulaw_encode
-    from media.echo import REFERENCE_LEAD_MS
-    from media.playout import PlayoutClock
     from media.resample import resample
-    from ops.bench_hearing import BOT_LINES, QUESTIONS, RATE, build_line
+    from ops.bench_hearing import BOT_LINES, QUESTIONS, RATE, build_line, line_references
     from ops.caller_voice import CallerVoice
     from ops.line import LineConditions
 
@@ -153,13 +151,8 @@ def build_workload() -> Workload:
         texts,
         [voice.speak(t).astype(np.float32) * np.float32(0.7) for t in BOT_LINES],
     )
-    lead = RATE * REFERENCE_LEAD_MS // 1000
-    clock = PlayoutClock(RATE, min_latency=lead)
-    for k, (start, pcm) in enumerate(built.schedule):
-        clock.sent(f"m{k}", pcm.size, "", k, now=start - lead, pcm=pcm.astype(np.int16))
-    count = built.line.size // 160
-    frames = [mulaw_encode(built.line[i * 160 : i * 160 + 160]) for i in range(count)]
-    references = [clock.render(i * 160 + lead, i * 160 + 160 + lead) for i in range(count)]
+    references = line_references(built)
+    frames = [mulaw_encode(built.line[i * 160 : i * 160 + 160]) for i in range(len(references))]
     questions = [resample(q / np.float32(32768), RATE, 16000) for q in spoken]
     return Workload(frames, references, questions)
 
