@@ -38,7 +38,11 @@ its last speech sample (the voice is trimmed), scripted pauses included. Turns t
   `clear` arrived between the backchannel's onset and 1.5 s after its end and no bot
   audio is heard within 1.5 s after that clear (or after the backchannel's end, if
   later). A silence in the reply around the backchannel that ends within the window is
-  not a false stop: its length is reported separately (informative).
+  not a false stop: its length is reported separately (informative). A caller waiting
+  to backchannel or interrupt over a reply that ends first (2 s of bot silence, nothing
+  queued) leaves it unsaid, as a person would, and goes on: such turns are neither
+  judged nor counted as answered or not (SmolLM2 answers "a long story" in a few
+  sentences at times; the caller then sat out its 10 s of patience, counted as dead air).
 - bot audio after an interruption: from the interruption's speech onset (the first
   voiced sample of the caller's interrupting utterance) to the end of the bot
   utterance in progress at that onset, i.e. the last bot audio heard before >= 300 ms
@@ -409,6 +413,9 @@ def prepare(script: Script, seed: int, voices: _Voices) -> PreparedScript:
                 delay_ms=delay,
                 queued_min_ms=say.queued_min_ms,
                 queued_max_ms=say.queued_max_ms,
+                # A "mhm" or an interruption is for a reply still playing: when a short
+                # reply is over first, the caller lets it go and goes on.
+                over_bot_only=say.kind in (Kind.BACKCHANNEL, Kind.INTERRUPTION),
             )
         )
         facts.append(TurnFacts(say.kind, say.text, pauses, say.where))
@@ -495,8 +502,9 @@ def score_unplaced(facts: Sequence[TurnFacts]) -> tuple[Tally, list[TurnScore]]:
     return tally, scores
 
 
-def _count_unsaid(tally: Tally, fact: TurnFacts) -> None:
-    if fact.kind in EXPECTS_ANSWER:
+def _count_unsaid(tally: Tally, fact: TurnFacts, *, owed: bool = True) -> None:
+    """Count a turn of the script; `owed`: it was not left unsaid by the caller's choice."""
+    if fact.kind in EXPECTS_ANSWER and owed:
         tally.expect_answer += 1
     tally.pause_turns += fact.kind is Kind.PAUSE
     tally.readings += fact.kind is Kind.READING
@@ -517,13 +525,14 @@ def score_call(facts: Sequence[TurnFacts], report: CallReport) -> tuple[Tally, l
     )
     scores: list[TurnScore] = []
     for i, fact in enumerate(facts):
-        _count_unsaid(tally, fact)
-        if i >= len(said):
+        left = i < len(said) and not said[i].said  # the caller let it go (see above)
+        _count_unsaid(tally, fact, owed=not left)
+        if i >= len(said) or left:
             scores.append(TurnScore(fact.kind, fact.text, fact.where, said=False))
             continue
         turn = said[i]
         start, end = turn.speech_start_ms, turn.speech_end_ms
-        following = said[i + 1].speech_start_ms if i + 1 < len(said) else None
+        following = next((t.speech_start_ms for t in said[i + 1 :] if t.said), None)
         score = TurnScore(
             fact.kind,
             fact.text,
@@ -616,7 +625,7 @@ def _silences_in_replies(
     floor_taken = [
         (t.speech_start_ms, t.speech_end_ms)
         for t, fact in zip(said, facts, strict=False)
-        if fact.kind in EXPECTS_ANSWER
+        if fact.kind in EXPECTS_ANSWER and t.said
     ]
     found = []
     for (_, gap_start), (gap_end, _) in pairwise(utterances):

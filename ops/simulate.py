@@ -83,6 +83,9 @@ _VOICED_RMS: Final = 32768.0 * 10.0 ** (VOICED_DBFS / 20.0)
 UTTERANCE_GAP_MS: Final = 300
 # A polite caller takes the bot to be done after this much silence at the ear.
 BOT_DONE_SILENCE_MS: Final = 700
+# A reply this long silent with nothing left in Twilio's buffer is over: longer than the
+# bot's pauses inside a reply (a backchannel's hold, up to ~1 s).
+BOT_GONE_MS: Final = 2000
 DTMF_SPACING_MS: Final = 200  # a multiple of the 20 ms tick
 WEBHOOK_PATH: Final = "/twilio/voice"
 # Twilio fetches webhooks with this User-Agent; some servers log or route on it.
@@ -114,6 +117,10 @@ class CallerTurn:
     buffer holds at least / at most that much unplayed bot audio (what Twilio knows is
     still to come): a backchannel over a reply that surely goes on, or an interruption
     near a reply's end with a known amount left. Out of patience, the caller speaks anyway.
+    With `over_bot_only`, a gated turn that only makes sense over the reply (a "mhm", an
+    interruption) is not said at all once the reply is over (the bot `BOT_GONE_MS`
+    silent with nothing queued): a caller does not hum into silence, nor wait out their
+    patience for a reply that has ended.
     """
 
     text: str | None = None
@@ -124,6 +131,7 @@ class CallerTurn:
     dtmf: str | None = None
     queued_min_ms: int | None = None
     queued_max_ms: int | None = None
+    over_bot_only: bool = False
 
     def __post_init__(self) -> None:
         sources = ("text", "wav", "audio", "dtmf")
@@ -214,6 +222,9 @@ class TurnResult:
     # Unplayed bot audio in Twilio's buffer as the turn's first sample was sent: bot
     # audio the caller would still hear if nobody cleared it (None: not recorded).
     bot_queued_ms: float | None = None
+    # False: left unsaid, the reply it was meant to go over having ended (its span is
+    # empty, at the moment it was dropped).
+    said: bool = True
 
 
 @dataclass
@@ -464,8 +475,10 @@ class CallerScript:
         self._start = 0
         self._end = 0
         self._digits: list[tuple[int, str]] = []
-        # [start, end) samples and label of each turn said, in order.
+        # [start, end) samples and label of each turn, in order; a turn left unsaid
+        # (see CallerTurn.over_bot_only) has an empty span where it was dropped...
         self.spans: list[tuple[int, int, str]] = []
+        self.unsaid: set[int] = set()  # ...and its index here
 
     @property
     def finished(self) -> bool:
@@ -518,10 +531,19 @@ class CallerScript:
             turn = self._turns[self._index].turn
             at = self._trigger(turn, now, ear)
             if at is not None and _gated(turn) and not self._queue_allows(turn, at, now, queued):
+                if turn.over_bot_only and _reply_over(now, ear, queued):
+                    self._leave_unsaid(now)
+                    continue
                 at = now if now - self._armed_at >= self._patience else None
             if at is None:
                 return
             self._schedule(max(at, now))
+
+    def _leave_unsaid(self, now: int) -> None:
+        self.unsaid.add(len(self.spans))
+        self.spans.append((now, now, self._turns[self._index].turn.label))
+        self._index += 1
+        self._phase = _Phase.WAITING if self._index < len(self._turns) else _Phase.DONE
 
     def _schedule(self, start: int) -> None:
         prepared = self._turns[self._index]
@@ -583,6 +605,11 @@ def answering_machine(greeting: str, *, beep_ms: int = BEEP_MS) -> list[CallerTu
 
 def _gated(turn: CallerTurn) -> bool:
     return turn.queued_min_ms is not None or turn.queued_max_ms is not None
+
+
+def _reply_over(now: int, ear: BotEar, queued: int) -> bool:
+    last = ear.last_voiced_end
+    return queued == 0 and last is not None and now - last >= _samples(BOT_GONE_MS)
 
 
 def _prepare(turns: Sequence[CallerTurn], engine: str) -> list[PreparedTurn]:
@@ -805,7 +832,11 @@ def _turn_results(
     spans = script.spans
     for i, (start, end, label) in enumerate(spans):
         start_ms, end_ms = _ms(start), _ms(end)
-        next_start = _ms(spans[i + 1][0]) if i + 1 < len(spans) else float("inf")
+        if i in script.unsaid:
+            results.append(TurnResult(label, start_ms, end_ms, None, None, said=False))
+            continue
+        later = [s for k, (s, _, _) in enumerate(spans) if k > i and k not in script.unsaid]
+        next_start = _ms(later[0]) if later else float("inf")
         reply = next(
             (u_start for u_start, _ in utterances if start_ms < u_start < next_start), None
         )

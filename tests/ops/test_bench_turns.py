@@ -457,3 +457,64 @@ def test_turn_results_carry_what_twilio_still_held_at_each_turn() -> None:
 
     assert with_queue.bot_queued_ms == 1500.0
     assert without.bot_queued_ms is None
+
+
+# --- the simulator: a turn meant for over a reply that ended first ---------------------------
+
+
+def _run_script(
+    turns: list[CallerTurn], bot_ticks: int, queue_while_bot: int, ticks: int
+) -> CallerScript:
+    """The bot is heard for its first `bot_ticks` 20 ms ticks with `queue_while_bot`
+    unplayed samples, then falls silent with nothing queued; returns the script."""
+    script = CallerScript(
+        [PreparedTurn(t, np.full(800, 1000, np.int16)) for t in turns], patience_ms=10_000
+    )
+    ear = BotEar()
+    for tick in range(ticks):
+        now = tick * FRAME
+        bot = tick < bot_ticks
+        script.advance(now, ear, queue_while_bot if bot else 0)
+        ear.hear(np.full(FRAME, 3000 if bot else 0, np.int16), now)
+    return script
+
+
+def test_a_mhm_for_a_reply_that_ended_first_is_left_unsaid_and_the_caller_goes_on() -> None:
+    mhm = CallerTurn(
+        text="mhm", after=After.BOT_SPEAKING, delay_ms=200, queued_min_ms=3000, over_bot_only=True
+    )
+    question = CallerTurn(text="next", after=After.BOT_DONE, delay_ms=600)
+    # A 1 s reply that never had 3 s queued: over before the mhm could go over it.
+    script = _run_script([mhm, question], bot_ticks=50, queue_while_bot=4000, ticks=400)
+
+    assert script.unsaid == {0}
+    (dropped, _, _), (asked, _, _) = script.spans
+    # Dropped once the reply was 2 s over; the question follows it, not 10 s of patience.
+    assert dropped == (50 + 100) * FRAME
+    assert asked == dropped
+
+    [left, said] = _turn_results(script, [(0.0, 1000.0)])
+    assert left.said is False and left.bot_reply_start_ms is None
+    assert said.said is True
+
+
+def test_without_over_bot_only_a_held_back_turn_still_waits_out_its_patience() -> None:
+    mhm = CallerTurn(text="mhm", after=After.BOT_SPEAKING, delay_ms=200, queued_min_ms=3000)
+    script = _run_script([mhm], bot_ticks=50, queue_while_bot=4000, ticks=600)
+
+    assert script.unsaid == set()
+    [(start, _, _)] = script.spans
+    assert start == 500 * FRAME  # 10 s after the call began (nothing said before it)
+
+
+def test_a_turn_left_unsaid_is_neither_owed_an_answer_nor_judged() -> None:
+    report = _report([(1000, 2000), (5000, 5000), (9000, 10000)], [(2500, 4000), (10500, 11000)])
+    report.turns[1] = TurnResult("t", 5000, 5000, None, None, said=False)
+
+    tally, scores = score_call([Q, INTERRUPT, Q], report)
+
+    assert [s.said for s in scores] == [True, False, True]
+    assert tally.expect_answer == 2 and tally.answered == 2
+    assert tally.interruptions == 1 and tally.tails_ms == []
+    # The caller's silence before the next question is their own floor, not dead air.
+    assert tally.dead_air_in_replies == 0
