@@ -32,8 +32,10 @@ from agents.events import (
     TurnCapped,
 )
 from agents.turns.text import (
+    announces_more,
     asks_a_question,
     claims_the_floor,
+    is_backchannel,
     is_farewell,
     looks_unfinished,
     makes_a_request,
@@ -100,6 +102,9 @@ class TurnTaking:
     # for 200-400 ms (heard again ~100 ms after it resumes), and Whisper can make a
     # hum's words of "No wait".
     resume_min_silence_ms: int = 450
+    # ...and this long after words that are no backchannel (Whisper's "I'm" for "No
+    # wait,", whose comma pause ran 500 ms in bench turns): they may open a sentence.
+    resume_after_words_ms: int = 800
     echo_margin_db: float = 12.0
     # An interruption stands this far above the call's background (babble, a TV): the
     # background's own bursts, which speech detection may also call speech, never stop
@@ -309,8 +314,10 @@ class TurnEngine:
         self._overlap: Overlap | None = None
         self._bot_busy = False  # a reply is being made or played (driver's fact)
         self._committed = False  # REPLYING answers a caller turn (vs a greeting...)
-        # HELD and judged a backchannel at this stop; the bot resumes after a quiet moment.
+        # HELD and judged a backchannel at this stop; the bot resumes after a quiet moment
+        # of this many ms.
         self._resume_after: int | None = None
+        self._resume_wait_ms = config.resume_min_silence_ms
 
     # --- facts from the driver -----------------------------------------------------------
 
@@ -523,6 +530,9 @@ class TurnEngine:
         ):
             self._result = None
             self._emit(Backchannel(speech_ms=speech_ms, text=result.text))
+            words = result.hearing is Hearing.HEARD and not is_backchannel(result.text)
+            cfg = self.cfg
+            self._resume_wait_ms = cfg.resume_after_words_ms if words else cfg.resume_min_silence_ms
             self._resume_after = overlap.stopped or self.position
             self._resume_after_pause(self._resume_after, out)
             return
@@ -544,7 +554,7 @@ class TurnEngine:
             if last_loud > overlap.restarted:
                 self._resume_after = None  # they went on after the pause
                 return
-        if self.position - max(stopped, last_loud) >= _samples(self.cfg.resume_min_silence_ms):
+        if self.position - max(stopped, last_loud) >= _samples(self._resume_wait_ms):
             out.extend(self._resume("backchannel"))
 
     def _resume(self, reason: str) -> list[Decision]:
@@ -654,6 +664,8 @@ class TurnEngine:
             sure_of_it = sure and one_sentence
             floor = cfg.statement_min_silence_ms if sure_of_it else cfg.long_turn_min_silence_ms
             wait = max(wait, floor)
+        if not question and announces_more(text):
+            wait = max(wait, cfg.long_turn_min_silence_ms)  # "...so please let me finish."
         return silence_ms >= wait
 
     def _evaluate(self, end: int, out: list[Decision]) -> None:

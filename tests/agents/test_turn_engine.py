@@ -196,6 +196,19 @@ CASES = [
         ),
     ),
     Case(
+        "a caller who says more is coming is not answered after their first sentence",
+        # espeak reading an order in bench turns: Smart Turn 0.62 on the first sentence,
+        # then a 750 ms pause before "First, two large pizzas".
+        [Say(3300), Quiet(800), Say(3000)],
+        [
+            Hears(3400, "I'm going to read you my whole order, so please let me finish.", 0.62),
+            Hears(99_000, "I'm going to read you my whole order. First, two pizzas.", 0.62),
+        ],
+        never_answered_before(
+            3300 + 800 + 3000, "I'm going to read you my whole order. First, two pizzas."
+        ),
+    ),
+    Case(
         "one long sentence Smart Turn is sure of gets the statement's pause",
         [Say(4000)],
         [Hears(99_000, "I'd like to book a table for six people next Tuesday at noon.", 0.95)],
@@ -336,6 +349,27 @@ CASES = [
             )
             or pytest.fail(f"{out.at(Resume)} {out.decisions}")
         ),
+    ),
+    Case(
+        "short words that are no backchannel keep the bot held a while longer",
+        [Say(1500), Quiet(1500), Say(400)],
+        [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "I'm", probability=0.1)],
+        lambda out: (
+            (
+                out.at(Resume)
+                and 3400 + TurnTaking().resume_after_words_ms - 20
+                <= out.at(Resume)[0]
+                <= 3400 + TurnTaking().resume_after_words_ms + 120
+            )
+            or pytest.fail(f"{out.at(Resume)} {out.decisions}")
+        ),
+    ),
+    Case(
+        "a caller who goes on after a 500 ms comma pause is not talked over",
+        # "No wait, | actually I meant Saturday": its first words heard as "I'm".
+        [Say(1500), Quiet(1500), Say(400), Quiet(500), Say(1500)],
+        [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "I'm", probability=0.1)],
+        lambda out: (not out.of(Resume) and out.of(Clear)) or pytest.fail(str(out.decisions)),
     ),
     Case(
         "a real interruption stops the bot within a few frames and takes the turn",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents.turns.text import (
+    announces_more,
     asks_a_question,
     claims_the_floor,
     looks_unfinished,
@@ -191,3 +192,25 @@ def test_sentences_are_split_where_whisper_punctuated_them() -> None:
         "And",
     ]
     assert sentences("") == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I'm going to read you my whole order, so please let me finish.",
+        "Let me explain.",
+        "Okay, let me think.",
+        "I am going to list the items.",
+        "Bear with me, it's a long one.",
+    ],
+)
+def test_a_caller_who_says_more_is_coming_announces_it(text: str) -> None:
+    assert announces_more(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["I'm going to the pharmacy tomorrow.", "Let me know when you open.", "That's all, bye."],
+)
+def test_plain_statements_announce_nothing(text: str) -> None:
+    assert not announces_more(text)
