@@ -370,8 +370,7 @@ class CascadeAgent:
             return
         self._stt_ms[result.end] = (time.perf_counter() - running.started) * 1000
         ticket = running.ticket
-        long_piece = ticket.end - running.stt_from >= _PIECE_SAMPLES
-        if long_piece and not ticket.capped and result.hearing is Hearing.HEARD:
+        if _covers_a_piece(running) and result.hearing is Hearing.HEARD:
             self._transcribed = _Transcribed(ticket.start, ticket.end, result.text)
         await self._apply(self.engine.evaluated(result))
         self._maybe_draft()
@@ -436,9 +435,34 @@ class CascadeAgent:
 
     def _drop_evaluation(self) -> None:
         self._drop_draft()
-        if self._running is not None:
-            self._running.task.cancel()
-            self._running = None
+        running = self._running
+        if running is None:
+            return
+        self._running = None
+        if _covers_a_piece(running):
+            # The caller went on while Whisper was at it; its words up to this pause are
+            # still the turn's so far (and its thread finishes either way), so they are
+            # kept for the next evaluation to go on from. Cancelled, a reader whose every
+            # pause was shorter than Whisper on the growing piece left the whole reading
+            # to the last one: 2.1 and 4.7 s of STT in bench turns.
+            running.task.add_done_callback(lambda _: self._keep_piece(running))
+        else:
+            running.task.cancel()
+
+    def _keep_piece(self, running: _Running) -> None:
+        """A superseded evaluation's transcript, as the turn's words so far."""
+        task, ticket = running.task, running.ticket
+        if task.cancelled() or task.exception() is not None:
+            return
+        result = task.result()
+        if isinstance(result, BackendError) or result.hearing is not Hearing.HEARD:
+            return
+        known = self._transcribed
+        if ticket.start != self.engine.utterance_start:
+            return  # that turn is over
+        if known is not None and known.start == ticket.start and known.end >= ticket.end:
+            return
+        self._transcribed = _Transcribed(ticket.start, ticket.end, result.text)
 
     async def _evaluate(
         self,
@@ -875,6 +899,11 @@ class CascadeAgent:
     def _spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
         assert self._tasks is not None, "the agent is not running"
         return create_task(self._tasks, coro, name=name)
+
+
+def _covers_a_piece(running: _Running) -> bool:
+    """The evaluation transcribed enough of a turn, pause to pause, to keep as a piece."""
+    return not running.ticket.capped and running.ticket.end - running.stt_from >= _PIECE_SAMPLES
 
 
 def _hearing(transcript: Transcript, speech_ms: int) -> Hearing:

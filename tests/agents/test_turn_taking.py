@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 
 import numpy as np
@@ -26,6 +27,7 @@ from agents.cascade.agent import (
     TurnTaking,
 )
 from agents.cascade.llm import Message
+from agents.cascade.stt import Transcript
 from agents.conversation import Conversation, Speaker, Turn
 from agents.errors import LanguageModelError, SpeechToTextError
 from agents.playback import PHONE_RATE, Playback
@@ -125,6 +127,12 @@ class Call:
             await self.evaluated()
             ms -= 20
         await self._frames(ms, SILENCE_DB, None)
+
+    async def pause_while_evaluating(self, ms: int) -> None:
+        """A pause the caller ends before the turn's evaluation has come back."""
+        assert self.speaking, "not talking"
+        self.speaking = False
+        await self._frames(ms, SILENCE_DB, SpeechStopped(self.position))
 
     async def press(self, digits: str) -> None:
         await self._put(Digits(digits))
@@ -481,6 +489,32 @@ async def test_a_long_turn_is_transcribed_in_pieces_at_its_pauses() -> None:
         assert 1.0 * RATE <= len(heard[1]) <= 1.5 * RATE, len(heard[1]) / RATE
 
 
+async def test_a_piece_still_being_transcribed_when_the_caller_goes_on_is_kept() -> None:
+    # A reader resumes before Whisper is through the pause's piece: the evaluation is
+    # dropped, but its words are the turn's so far, and the next one goes on from them.
+    heard: list[np.ndarray] = []
+    release = threading.Event()
+
+    def transcribe(audio_16k: np.ndarray) -> Transcript:
+        heard.append(audio_16k)
+        if len(heard) == 1:
+            release.wait(2)  # still at it when the caller speaks again
+        return Transcript(PIECES[min(len(heard), 2) - 1], no_speech_prob=0.0)
+
+    async with call(stt=SpeechToTextFake(transcribe), eot=end_of_turn(0.01)) as session:
+        await session.talk(9000)
+        await session.pause_while_evaluating(300)
+        await session.talk(1000)
+        release.set()
+        await session.evaluated()  # the dropped evaluation's Whisper run comes back
+        await session.pause(TurnTaking().long_turn_min_silence_ms)
+        await session.bot_said(REPLY_TEXT)
+        assert session.caller_turns() == [" ".join(PIECES)]
+        assert len(heard) == 2
+        assert 1.0 * RATE <= len(heard[1]) <= 1.5 * RATE, len(heard[1]) / RATE
+
+
+PIECES = ("The first part of my story", "and the end of it.")
 CAPPED = TurnTaking(max_utterance_s=2.0, recheck_s=1.0, hard_max_utterance_s=5.0)
 
 
