@@ -82,6 +82,16 @@ def backchannel_resumes(out: Outcome) -> None:
         assert len(out.bot_audible_ms) * 20 >= 4000 - 100
 
 
+def resumes_after(quiet_from_ms: int) -> Callable[[Outcome], None]:
+    """The held bot resumes once, a frame or a few after `quiet_from_ms`."""
+
+    def check(out: Outcome) -> None:
+        at = out.at(Resume)
+        assert at and quiet_from_ms - 20 <= at[0] <= quiet_from_ms + 120, f"{at} {out.decisions}"
+
+    return check
+
+
 def interruption_stops_fast(onset_ms: int) -> Callable[[Outcome], None]:
     def check(out: Outcome) -> None:
         holds = out.at(Hold)
@@ -340,29 +350,13 @@ CASES = [
         "a backchannel resumes the bot once the caller has been quiet a moment",
         [Say(1500), Quiet(1500), Say(400)],
         [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "Mhm.", probability=0.1)],
-        lambda out: (
-            (
-                out.at(Resume)
-                and 3400 + TurnTaking().resume_min_silence_ms - 20
-                <= out.at(Resume)[0]
-                <= 3400 + TurnTaking().resume_min_silence_ms + 120
-            )
-            or pytest.fail(f"{out.at(Resume)} {out.decisions}")
-        ),
+        resumes_after(3400 + TurnTaking().resume_min_silence_ms),
     ),
     Case(
         "short words that are no backchannel keep the bot held a while longer",
         [Say(1500), Quiet(1500), Say(400)],
         [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "I'm", probability=0.1)],
-        lambda out: (
-            (
-                out.at(Resume)
-                and 3400 + TurnTaking().resume_after_words_ms - 20
-                <= out.at(Resume)[0]
-                <= 3400 + TurnTaking().resume_after_words_ms + 120
-            )
-            or pytest.fail(f"{out.at(Resume)} {out.decisions}")
-        ),
+        resumes_after(3400 + TurnTaking().resume_after_words_ms),
     ),
     Case(
         "a caller who goes on after a 500 ms comma pause is not talked over",
