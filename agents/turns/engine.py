@@ -104,7 +104,9 @@ class TurnTaking:
     resume_min_silence_ms: int = 450
     # ...and this long after words that are no backchannel (Whisper's "I'm" for "No
     # wait,", whose comma pause ran 500 ms in bench turns): they may open a sentence.
-    resume_after_words_ms: int = 800
+    # No longer: a hold on the bot's own leaked "I'm" then kept it quiet ~1 s, and a
+    # caller takes a bot that quiet for done (bench turns' caller speaks 0.7-0.9 s in).
+    resume_after_words_ms: int = 600
     echo_margin_db: float = 12.0
     # An interruption stands this far above the call's background (babble, a TV): the
     # background's own bursts, which speech detection may also call speech, never stop
