@@ -71,6 +71,9 @@ class Playback:
             on_played=on_played,
             min_latency=PHONE_RATE * min_latency_ms // 1000,
             learn_latency=min_latency_ms > 0,
+            # Twilio plays 20 ms frames: learnt against a call's line, the schedule
+            # starts fresh audio on their boundaries.
+            frame=PHONE_RATE // 50 if min_latency_ms > 0 else 0,
         )
         self._emit = on_event or (lambda _event: None)
         self._chunk = PHONE_RATE * chunk_ms // 1000

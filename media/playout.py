@@ -99,6 +99,7 @@ class PlayoutClock:
         on_played: Callable[[int, np.ndarray], None] | None = None,
         min_latency: int = 0,
         learn_latency: bool = False,
+        frame: int = 0,
     ) -> None:
         self.sample_rate = sample_rate
         # Audio sent now cannot play before it has crossed the network to Twilio: the
@@ -112,6 +113,14 @@ class PlayoutClock:
         self._learn_latency = learn_latency
         self._latency_bounds = (sample_rate // 50, sample_rate // 4)  # 20-250 ms
         self._echo_slack = sample_rate // 50  # a mark echoes up to one 20 ms frame late
+        # Twilio plays in `frame`-sample frames on the stream's grid (0: the schedule is
+        # continuous). Audio reaching it within a frame starts at the next boundary, so a
+        # reply sent 0-20 ms after a caller frame arrived starts at the same sample: from
+        # a continuous latency the schedule put it up to a frame late, and a reply whose
+        # echo reference is 5-20 ms off at its first samples leaks ~300 ms of echo
+        # (AEC3 re-adapts on the misplaced reference), enough to hold the bot.
+        self._frame = frame
+        self._starts_seen: deque[int] = deque(maxlen=16)  # recent fresh starts - sent
         # Told (start sample, float32 pcm) for every piece of audio the caller heard, in
         # order: the call's record of the bot's side.
         self._on_played = on_played
@@ -171,8 +180,9 @@ class PlayoutClock:
                 if arr.dtype == np.int16
                 else arr.astype(np.float32)
             )
-        start = max(now + self.min_latency, self._tail)
-        fresh = start == now + self.min_latency and not self._pending
+        first = self._first_sample(now)
+        start = max(first, self._tail)
+        fresh = start == first and not self._pending
         self._pending[name] = ChunkRecord(
             name=name,
             turn_id=turn_id,
@@ -213,11 +223,14 @@ class PlayoutClock:
             chunk.expected_end = end
             chunk.expected_start = end - chunk.samples
             end = chunk.expected_start
+        # What the line showed, for learning: on the frame grid, an echo within the
+        # slack still tells the start (the schedule, kept, may be a frame early).
+        shown = now - done[-1].expected_end if self._frame else 0
         for chunk in done:
             self._record_played(chunk, chunk.samples)
             self._remember_audio(chunk, chunk.samples)
             if chunk.fresh and self._learn_latency:
-                self._learn(chunk.expected_start - chunk.sent_at)
+                self._learn(chunk.expected_start + shown - chunk.sent_at)
         cursor = done[-1].expected_end
         for chunk in self._pending.values():
             chunk.expected_start = cursor
@@ -226,10 +239,28 @@ class PlayoutClock:
         self._tail = cursor
         return done[-1]
 
+    def _first_sample(self, now: int) -> int:
+        """Where audio sent to an idle line at `now` starts, by the schedule."""
+        if not self._frame:
+            return now + self.min_latency
+        return (now + self.min_latency) // self._frame * self._frame + self._frame
+
     def _learn(self, observed: int) -> None:
-        """Move the start-up latency halfway to what the line just showed."""
+        """Move the start-up latency towards what the line just showed."""
         lo, hi = self._latency_bounds
-        self.min_latency = min(hi, max(lo, (self.min_latency + observed) // 2))
+        if not self._frame:
+            self.min_latency = min(hi, max(lo, (self.min_latency + observed) // 2))
+            return
+        # On the frame grid each start says the latency lies in [observed - frame,
+        # observed): take the middle of what the recent starts agree on, forgetting the
+        # oldest until they do (the line's latency changed). No floor but zero: the grid
+        # already starts audio no earlier than the next frame, past the reference's lead.
+        seen = self._starts_seen
+        seen.append(observed)
+        while max(seen) - self._frame >= min(seen):
+            seen.popleft()
+        middle = (max(seen) - self._frame + min(seen)) // 2
+        self.min_latency = min(hi, max(0, middle))
 
     def cleared(self, now: int) -> list[Heard]:
         """The server sent `clear` at `now`: drop pending audio, estimate what was heard."""

@@ -233,3 +233,48 @@ def test_the_echo_reference_is_read_a_constant_lead_ahead_whatever_is_learnt():
     assert clock.min_latency > 480
     assert clock.reference_lead == lead == 160  # 20 ms, the latency's floor
     assert PlayoutClock(min_latency=240).reference_lead == 240  # nothing learnt: as set
+
+
+def _line_start(sent: int, network: int) -> int:
+    """Where a line that plays 20 ms frames starts audio sent at `sent`: the first frame
+    boundary after it arrives `network` samples later (Twilio, and ops/simulate.py)."""
+    return (sent + network) // 160 * 160 + 160
+
+
+@pytest.mark.parametrize("network", [0, 55, 160, 400, 1100])
+def test_on_a_framed_line_fresh_audio_is_scheduled_where_it_starts(network: int):
+    clock = PlayoutClock(min_latency=480, learn_latency=True, frame=160)
+    pcm = np.ones(800, np.int16)
+    rng = np.random.default_rng(network)
+    exact = 0
+    # Replies go out at any moment within a caller frame. Once a dozen starts have shown
+    # the line, the schedule puts nearly every reply where the line plays it, to the
+    # sample, so the echo reference of its first words is where their echo is (each
+    # start only pins the latency to a frame's width: a reply sent within a few samples
+    # of a boundary may still be placed a frame off).
+    for k in range(24):
+        sent = 8000 * (k + 1) + int(rng.integers(0, 160))
+        truth = _line_start(sent, network)
+        name = clock.new_mark_name()
+        clock.sent(name, 800, "hello", k, now=sent, pcm=pcm)
+        if k >= 12:
+            exact += clock.render(truth - 1, truth + 1).tolist() == [0.0, 1 / 32768]
+        clock.echoed(name, now=truth + 800)
+    assert exact >= 10
+    assert clock.reference_lead == 160
+
+
+def test_on_a_framed_line_the_learnt_latency_follows_a_line_that_slows():
+    clock = PlayoutClock(min_latency=0, learn_latency=True, frame=160)
+    pcm = np.ones(800, np.int16)
+    rng = np.random.default_rng(3)
+    exact = 0
+    for k in range(24):
+        sent = 8000 * (k + 1) + int(rng.integers(0, 160))
+        truth = _line_start(sent, 0 if k < 8 else 400)  # 50 ms slower from the 9th
+        name = clock.new_mark_name()
+        clock.sent(name, 800, "hello", k, now=sent, pcm=pcm)
+        if k >= 16:
+            exact += clock.render(truth - 1, truth + 1).tolist() == [0.0, 1 / 32768]
+        clock.echoed(name, now=truth + 800)
+    assert exact >= 6
