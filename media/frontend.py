@@ -16,8 +16,9 @@ import numpy as np
 from media.codec import mulaw_decode, pcm16_to_float
 from media.denoise import Denoiser
 from media.echo import EchoCanceller
+from media.echo_path import BOT_SILENT_DB, EchoPathTest
 from media.resample import Resampler, make_stream_resampler
-from media.vad import NoiseFloor, SileroVad, SpeechGate, VadEvent, VoiceActivity
+from media.vad import SileroVad, SpeechGate, VadEvent, VoiceActivity
 
 __all__ = ["FrontEnd", "FrontEndOutput", "level_dbfs"]
 
@@ -30,9 +31,6 @@ _SILENCE_DB = -120.0
 # its echo may still be coming back, is the echo's residue, not the caller.
 _ECHO_RESIDUE_DB = 30.0
 _ECHO_TAIL_FRAMES = 30  # 600 ms: the longest echo path (400 ms) plus the reference lead
-_BOT_SILENT_DB = -60.0  # a reference quieter than this plays nothing that could echo
-_NO_ECHO_DB = -45.0  # a line coupled to the bot less than this has no echo worth cancelling
-_COUPLING_SAMPLES = INPUT_RATE  # 1 s of the bot playing before its coupling is trusted
 # AEC3 finds a new echo path within about 1.5 s of the bot talking (tests/media/test_echo.py).
 _ECHO_TRAINING_SAMPLES = 2 * INPUT_RATE
 
@@ -110,12 +108,9 @@ class FrontEnd:
         self._bot_levels: deque[float] = deque([_SILENCE_DB], maxlen=_ECHO_TAIL_FRAMES)
         self._line_unmatched = np.zeros(0, dtype=np.float32)
         self._echo_training = 0  # samples of bot audio the canceller has worked against
-        # How loud the line gets against the bot while it plays (its loud end, over the
-        # bot's first second on the call): the echo path's coupling. Until measured, the
-        # line is taken for a speakerphone.
-        self._coupling = NoiseFloor(windows=_COUPLING_SAMPLES // 160, percentile=90.0)
-        self._coupling_samples = 0
-        self._echo_path: bool | None = None
+        # Whether the line carries the bot's echo, judged over the bot's first 2 s on the
+        # call. Until then, the line is taken for a speakerphone.
+        self._echo_path = EchoPathTest()
         self._activity = VoiceActivity(
             self._vad.window_samples,
             OUTPUT_RATE,
@@ -143,27 +138,20 @@ class FrontEnd:
         """
         line = pcm16_to_float(mulaw_decode(mulaw))
         cancelled = content = line
+        echo_path = False
         if self._echo is not None:
             far = reference if reference is not None else np.zeros(line.size, np.float32)
             cancelled = self._echo.process(line, far)
             self._bot_levels.append(level_dbfs(far))
-            if self._bot_levels[-1] > _BOT_SILENT_DB:
+            if self._bot_levels[-1] > BOT_SILENT_DB:
                 self._echo_training += far.size
+            # Is there an echo to cancel at all? Without one, AEC3 still holds the
+            # caller down 30-70 dB while the bot talks, for seconds: its output would
+            # only chop the caller. Then the line itself is what is heard and measured,
+            # as if there were no canceller.
+            echo_path = self._echo_path.feed(line, far, max(self._bot_levels)) is not False
         bot_level = max(self._bot_levels)
-        bot_echoing = bot_level > _BOT_SILENT_DB
-        if bot_echoing and self._echo_path is None:
-            # Per 20 ms frame: a late thread hop hands over several at once.
-            for i in range(0, line.size - 159, 160):
-                self._coupling.update(level_dbfs(line[i : i + 160]) - bot_level)
-            self._coupling_samples += line.size
-            if self._coupling_samples >= _COUPLING_SAMPLES:
-                # Decided once: a caller talking over the bot later must not look like one.
-                self._echo_path = self._coupling.level_db > _NO_ECHO_DB
-        # Is there an echo to cancel at all? A handset with no echo path couples ~-100 dB
-        # to the bot. Without one, AEC3 still holds the caller down 30-70 dB while the
-        # bot talks, for seconds: its output would only chop the caller. Then the line
-        # itself is what is heard and measured, as if there were no canceller.
-        echo_path = self._echo is not None and self._echo_path is not False
+        bot_echoing = bot_level > BOT_SILENT_DB
         if self._echo is not None:
             # The line, sample for sample with the canceller's output.
             pending = np.concatenate((self._line_unmatched, line))

@@ -188,10 +188,10 @@ def test_a_line_with_no_echo_path_has_nothing_to_settle(far: np.ndarray) -> None
     front = FrontEnd()
     silence = mulaw_encode(np.zeros(160, np.float32))
     settled = [
-        front.process(silence, far[i : i + 160]).echo_settled for i in range(0, 2 * RATE, 160)
+        front.process(silence, far[i : i + 160]).echo_settled for i in range(0, 3 * RATE, 160)
     ]
     front.close()
-    # Once the line's coupling to the bot shows no echo path (after 1 s of the bot),
-    # there is nothing for the canceller to find.
+    # Once the line shows no echo path (after 2 s of the bot), there is nothing for the
+    # canceller to find.
     assert all(settled[-40:])
     assert FrontEnd(echo_cancel=False).process(silence).echo_settled
