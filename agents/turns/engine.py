@@ -307,6 +307,7 @@ class TurnEngine:
         self.position = 0
         self.speaking = False  # the caller's speech run is on
         self._speech_start = 0
+        self._cut_in = False  # this turn took the floor from the bot (see _interrupt)
         self._utterance_start = 0  # first sample of the caller's turn (with preroll)
         self._speech_in_turn = 0  # samples of speech in the turn, pauses excluded
         self._speech_end: int | None = None
@@ -462,6 +463,10 @@ class TurnEngine:
         self._overlap = None
         self._resume_after = None
         self._bot_busy = False
+        # Someone who cuts in mostly goes on after their first words ("No wait, |
+        # actually..."), which need not be words we know: under babble Whisper made "No
+        # way." of "No wait," and the bot answered it as a short answer into the pause.
+        self._cut_in = True
         self._to(TurnState.CALLER)
         idle = self._evaluating is None and self._result is None
         if not self.speaking and self._speech_end is not None and idle:
@@ -648,7 +653,12 @@ class TurnEngine:
             wait = cfg.unfinished_max_silence_ms
         elif question or is_farewell(text):
             wait = cfg.min_silence_ms
-        elif sure and len(text.split()) <= cfg.short_answer_words and not claims_the_floor(text):
+        elif (
+            sure
+            and len(text.split()) <= cfg.short_answer_words
+            and not claims_the_floor(text)
+            and not self._cut_in
+        ):
             wait = cfg.min_silence_ms  # "Parking.", "Yes.", "Friday evening."
         elif sure or sounds_finished(text):
             # A statement can be the first of several sentences, and Whisper makes a
@@ -685,6 +695,7 @@ class TurnEngine:
 
     def _begin_utterance(self, speech_start: int) -> None:
         self._utterance_start = max(0, speech_start - _samples(self.cfg.preroll_ms))
+        self._cut_in = False  # the turn took the floor from the bot
         self._speech_in_turn = 0
         self._next_cap_check = 0
         self._speech_end = None
