@@ -160,7 +160,10 @@ class CallSession:
         )
         # Caller audio with the bot audio that played into the caller's room meanwhile.
         # Bounded in bytes: a stalled front end drops (counted), never grows the process.
-        self._audio: asyncio.Queue[tuple[bytes, np.ndarray]] = asyncio.Queue()
+        # Caller audio, its echo reference, and whether the schedule moved under the
+        # reference since the last batch.
+        self._audio: asyncio.Queue[tuple[bytes, np.ndarray, bool]] = asyncio.Queue()
+        self._schedule_moves = 0
         self._audio_bytes = 0
         self._agent_inputs: asyncio.Queue[FrontEndOutput | Digits | object] = asyncio.Queue(
             maxsize=MAX_AGENT_INPUTS
@@ -351,7 +354,9 @@ class CallSession:
             self.metrics.dropped.labels(what="caller_audio").inc()
         else:
             self._audio_bytes += len(audio)
-            self._audio.put_nowait((audio, self._echo_reference(len(audio))))
+            moves = self.playback.clock.moves
+            moved, self._schedule_moves = moves != self._schedule_moves, moves
+            self._audio.put_nowait((audio, self._echo_reference(len(audio)), moved))
         if self.recorder is not None:
             self.recorder.caller_audio(mulaw_decode(audio))
         return True
@@ -403,13 +408,14 @@ class CallSession:
                 batch = [await self._audio.get()]
                 while not self._audio.empty():
                     batch.append(self._audio.get_nowait())
-                self._audio_bytes -= sum(len(audio) for audio, _ in batch)
+                self._audio_bytes -= sum(len(audio) for audio, _, _ in batch)
                 # One thread hop per batch: cheap when frames arrive one by one, and it
                 # catches up in one go after a stall.
-                data = b"".join(audio for audio, _ in batch)
-                reference = np.concatenate([far for _, far in batch])
+                data = b"".join(audio for audio, _, _ in batch)
+                reference = np.concatenate([far for _, far, _ in batch])
+                moved = any(moved for _, _, moved in batch)
                 started = time.perf_counter()
-                out = await lane.run(self.frontend.process, data, reference)
+                out = await lane.run(self.frontend.process, data, reference, moved)
                 self.metrics.frontend_seconds.inc(time.perf_counter() - started)
                 self._to_agent(out)
         finally:

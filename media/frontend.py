@@ -33,6 +33,9 @@ _ECHO_RESIDUE_DB = 30.0
 _ECHO_TAIL_FRAMES = 30  # 600 ms: the longest echo path (400 ms) plus the reference lead
 # AEC3 finds a new echo path within about 1.5 s of the bot talking (tests/media/test_echo.py).
 _ECHO_TRAINING_SAMPLES = 2 * INPUT_RATE
+# After the echo reference moved under it (a reply's start placed a frame off), AEC3
+# leaks ~300 ms of echo once it arrives, up to ~400 ms later.
+_REALIGNING_SAMPLES = INPUT_RATE * 800 // 1000
 
 
 def level_dbfs(samples: np.ndarray) -> float:
@@ -108,6 +111,7 @@ class FrontEnd:
         self._bot_levels: deque[float] = deque([_SILENCE_DB], maxlen=_ECHO_TAIL_FRAMES)
         self._line_unmatched = np.zeros(0, dtype=np.float32)
         self._echo_training = 0  # samples of bot audio the canceller has worked against
+        self._realigning = 0  # samples left until a moved reference is surely relearnt
         # Whether the line carries the bot's echo, judged over the bot's first 2 s on the
         # call. Until then, the line is taken for a speakerphone.
         self._echo_path = EchoPathTest()
@@ -130,14 +134,19 @@ class FrontEnd:
     def activity(self) -> VoiceActivity:
         return self._activity
 
-    def process(self, mulaw: bytes, reference: np.ndarray | None = None) -> FrontEndOutput:
+    def process(
+        self, mulaw: bytes, reference: np.ndarray | None = None, reference_moved: bool = False
+    ) -> FrontEndOutput:
         """Clean one batch of caller audio and find speech in it.
 
         `reference`: float32 8 kHz, one sample per input sample: the bot audio that
         played into the caller's room at those moments (silence when None).
+        `reference_moved`: the playout schedule moved audio whose reference was already
+        read (a mark echo contradicted it): the canceller has to find the path again.
         """
         line = pcm16_to_float(mulaw_decode(mulaw))
         cancelled = content = line
+        self._realigning = _REALIGNING_SAMPLES if reference_moved else self._realigning - line.size
         echo_path = False
         if self._echo is not None:
             far = reference if reference is not None else np.zeros(line.size, np.float32)
@@ -188,7 +197,8 @@ class FrontEnd:
             speaking=self._activity.speaking,
             level_db=level_dbfs(cancelled),
             noise_floor_db=self._gate.level_db,
-            echo_settled=not echo_path or self._echo_training >= _ECHO_TRAINING_SAMPLES,
+            echo_settled=not echo_path
+            or (self._echo_training >= _ECHO_TRAINING_SAMPLES and self._realigning <= 0),
         )
 
     def close(self) -> None:

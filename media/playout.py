@@ -133,6 +133,9 @@ class PlayoutClock:
         self._played: deque[tuple[int, int, np.ndarray]] = deque()
         self._tail = 0  # expected end of the last scheduled chunk
         self._marks_issued = 0
+        # Times a mark echo moved the schedule: the echo reference already read for the
+        # moved audio was in the wrong place, and the echo canceller re-adapts.
+        self.moves = 0
 
     @property
     def reference_lead(self) -> int:
@@ -219,6 +222,7 @@ class PlayoutClock:
             # Re-anchor: this chunk just finished, so it and its predecessors ended
             # back to back at now.
             end = now
+            self.moves += 1
         for chunk in reversed(done):
             chunk.expected_end = end
             chunk.expected_start = end - chunk.samples

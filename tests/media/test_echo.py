@@ -195,3 +195,21 @@ def test_a_line_with_no_echo_path_has_nothing_to_settle(far: np.ndarray) -> None
     # canceller to find.
     assert all(settled[-40:])
     assert FrontEnd(echo_cancel=False).process(silence).echo_settled
+
+
+def test_after_the_schedule_moved_under_the_reference_the_canceller_relearns(
+    far: np.ndarray,
+) -> None:
+    """A reply placed a frame off (its mark echo moved the schedule) leaks ~300 ms of
+    echo while AEC3 re-adapts: until that is surely over, the front end says so, and a
+    hold needs the unsettled canceller's longer speech."""
+    front = FrontEnd()
+    echo = echo_of(far, 150)
+    settled = []
+    for k, i in enumerate(range(0, 6 * RATE, 160)):
+        out = front.process(mulaw_encode(echo[i : i + 160]), far[i : i + 160], k == 200)
+        settled.append(out.echo_settled)
+    front.close()
+    assert all(settled[150:200])  # settled after 2 s of the bot...
+    assert not any(settled[200:240])  # ...not for 800 ms after the move at 4 s...
+    assert all(settled[240:])  # ...and again after it

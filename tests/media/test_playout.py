@@ -210,6 +210,7 @@ def test_an_echo_within_a_frame_of_the_schedule_leaves_it_where_it_was():
     # Moving the audio by those 100 samples would move the echo reference with it.
     assert clock.render(1555, 1565).tolist() == [1 / 32768] * 5 + [0.0] * 5
     assert clock.pending_samples(860) == 700
+    assert clock.moves == 0
 
 
 def test_an_echo_that_contradicts_the_schedule_moves_it():
@@ -218,6 +219,7 @@ def test_an_echo_that_contradicts_the_schedule_moves_it():
     _send(clock, 700, "two", now=0)
     clock.echoed(first, now=1500)  # over a frame later than the schedule's 860
     assert clock.pending_samples(1500) == 700
+    assert clock.moves == 1  # the echo reference read for it was in the wrong place
     clock2 = PlayoutClock(min_latency=160)
     early = _send(clock2, 700, "one", now=0)
     _send(clock2, 700, "two", now=0)
