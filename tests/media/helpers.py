@@ -8,6 +8,11 @@ from media.codec import mulaw_decode, mulaw_encode, pcm16_to_float
 from media.resample import resample
 
 PHONE_RATE = 8000
+# What the bot says in the echo tests: long enough for the canceller to settle on.
+BOT_LINE = (
+    "Hello! Thanks for calling. How can I help you today? We are open from nine to "
+    "five every weekday, and on Saturday mornings until noon."
+)
 
 
 def phone_line(samples: np.ndarray, rate: int) -> np.ndarray:

@@ -17,19 +17,15 @@ from media.frontend import FrontEnd
 from media.playout import PlayoutClock
 from media.vad import SpeechStarted
 from ops.caller_voice import speak
-from tests.media.helpers import rms_db
+from tests.media.helpers import BOT_LINE, rms_db
 
 RATE = 8000
-FAR_TEXT = (
-    "Hello! Thanks for calling. How can I help you today? We are open from nine to "
-    "five every weekday, and on Saturday mornings until noon."
-)
 NEAR_TEXT = "I would like to book a table for two people tonight."
 
 
 @pytest.fixture(scope="module")
 def far() -> np.ndarray:
-    return np.tile(speak(FAR_TEXT).astype(np.float32) / 32768, 2)
+    return np.tile(speak(BOT_LINE).astype(np.float32) / 32768, 2)
 
 
 def echo_of(far: np.ndarray, delay_ms: float, level_db: float = -10.0) -> np.ndarray:

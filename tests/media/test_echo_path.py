@@ -17,18 +17,15 @@ from media.echo_path import correlation
 from media.frontend import FrontEnd, level_dbfs
 from ops.caller_voice import speak
 from ops.line import babble
+from tests.media.helpers import BOT_LINE
 
 RATE = 8000
-BOT_TEXT = (
-    "Hello! Thanks for calling. How can I help you today? We are open from nine to "
-    "five every weekday, and on Saturday mornings until noon."
-)
 CALLER_TEXT = "Hi, sorry, I need to change my booking for tomorrow night please."
 
 
 @pytest.fixture(scope="module")
 def bot() -> np.ndarray:
-    return speak(BOT_TEXT).astype(np.float32) / 32768
+    return speak(BOT_LINE).astype(np.float32) / 32768
 
 
 @pytest.fixture(scope="module")

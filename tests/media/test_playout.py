@@ -1,3 +1,5 @@
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -243,40 +245,40 @@ def _line_start(sent: int, network: int) -> int:
     return (sent + network) // 160 * 160 + 160
 
 
+def _replies_on_a_framed_line(
+    clock: PlayoutClock, network: Callable[[int], int], *, seed: int, judged_from: int
+) -> int:
+    """24 replies, each sent at a random moment within a caller frame to a line whose
+    latency is network(k) for the k-th; how many from `judged_from` on the schedule
+    placed where the line played them, to the sample."""
+    pcm = np.ones(800, np.int16)
+    rng = np.random.default_rng(seed)
+    exact = 0
+    for k in range(24):
+        sent = 8000 * (k + 1) + int(rng.integers(0, 160))
+        truth = _line_start(sent, network(k))
+        name = clock.new_mark_name()
+        clock.sent(name, 800, "hello", k, now=sent, pcm=pcm)
+        if k >= judged_from:
+            exact += clock.render(truth - 1, truth + 1).tolist() == [0.0, 1 / 32768]
+        clock.echoed(name, now=truth + 800)
+    return exact
+
+
 @pytest.mark.parametrize("network", [0, 55, 160, 400, 1100])
 def test_on_a_framed_line_fresh_audio_is_scheduled_where_it_starts(network: int):
     clock = PlayoutClock(min_latency=480, learn_latency=True, frame=160)
-    pcm = np.ones(800, np.int16)
-    rng = np.random.default_rng(network)
-    exact = 0
-    # Replies go out at any moment within a caller frame. Once a dozen starts have shown
-    # the line, the schedule puts nearly every reply where the line plays it, to the
-    # sample, so the echo reference of its first words is where their echo is (each
-    # start only pins the latency to a frame's width: a reply sent within a few samples
-    # of a boundary may still be placed a frame off).
-    for k in range(24):
-        sent = 8000 * (k + 1) + int(rng.integers(0, 160))
-        truth = _line_start(sent, network)
-        name = clock.new_mark_name()
-        clock.sent(name, 800, "hello", k, now=sent, pcm=pcm)
-        if k >= 12:
-            exact += clock.render(truth - 1, truth + 1).tolist() == [0.0, 1 / 32768]
-        clock.echoed(name, now=truth + 800)
+    # Once a dozen starts have shown the line, the schedule puts nearly every reply
+    # where the line plays it, so the echo reference of its first words is where their
+    # echo is (each start only pins the latency to a frame's width: a reply sent within
+    # a few samples of a boundary may still be placed a frame off).
+    exact = _replies_on_a_framed_line(clock, lambda k: network, seed=network, judged_from=12)
     assert exact >= 10
     assert clock.reference_lead == 160
 
 
 def test_on_a_framed_line_the_learnt_latency_follows_a_line_that_slows():
     clock = PlayoutClock(min_latency=0, learn_latency=True, frame=160)
-    pcm = np.ones(800, np.int16)
-    rng = np.random.default_rng(3)
-    exact = 0
-    for k in range(24):
-        sent = 8000 * (k + 1) + int(rng.integers(0, 160))
-        truth = _line_start(sent, 0 if k < 8 else 400)  # 50 ms slower from the 9th
-        name = clock.new_mark_name()
-        clock.sent(name, 800, "hello", k, now=sent, pcm=pcm)
-        if k >= 16:
-            exact += clock.render(truth - 1, truth + 1).tolist() == [0.0, 1 / 32768]
-        clock.echoed(name, now=truth + 800)
+    # 50 ms slower from the 9th reply on.
+    exact = _replies_on_a_framed_line(clock, lambda k: 0 if k < 8 else 400, seed=3, judged_from=16)
     assert exact >= 6
