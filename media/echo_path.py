@@ -47,6 +47,8 @@ def correlation(line: np.ndarray, reference: np.ndarray, max_delay: int = _MAX_D
     samples (same length, same clock), each lag over the samples both cover, of the
     pre-emphasised signals (speech's strong low end correlates with any other speech)."""
     size = min(line.size, reference.size)
+    if size < 2:
+        return 0.0
     line, reference = _pre_emphasised(line[:size]), _pre_emphasised(reference[:size])
     max_delay = min(max_delay, size // 2)
     n = 1 << int(np.ceil(np.log2(2 * size)))
@@ -69,7 +71,13 @@ def _pre_emphasised(samples: np.ndarray) -> np.ndarray:
 
 class EchoPathTest:
     """Fed the line and the reference (bot audio at the same samples) for each batch;
-    `echo_path` is None until the bot has played 2 s, then the verdict."""
+    `echo_path` is None until the bot has played 2 s, then the verdict.
+
+    Only the bot's audio and its echo's tail are evidence. A caller talking over the
+    bot dilutes the correlation, so a line judged to have no echo path is judged again
+    over each further 2 s of the bot; one found to have an echo path keeps it (the
+    canceller runs all call, so it has been learning the path meanwhile).
+    """
 
     def __init__(self) -> None:
         self.echo_path: bool | None = None
@@ -81,17 +89,14 @@ class EchoPathTest:
     def feed(self, line: np.ndarray, reference: np.ndarray, bot_level_db: float) -> bool | None:
         """`bot_level_db`: the bot's loudest recent level (its echo may still be coming
         back from up to ~600 ms ago)."""
-        if self.echo_path is not None:
+        if self.echo_path or bot_level_db <= BOT_SILENT_DB:
             return self.echo_path
-        if bot_level_db <= BOT_SILENT_DB and not self._line:
-            return None  # the bot has not started
         self._line.append(line)
         self._reference.append(reference)
-        if bot_level_db > BOT_SILENT_DB:
-            # Per 20 ms frame: a late thread hop hands over several at once.
-            for i in range(0, line.size - _FRAME + 1, _FRAME):
-                self._couplings.append(_level_db(line[i : i + _FRAME]) - bot_level_db)
-            self._bot_samples += line.size
+        # Per 20 ms frame: a late thread hop hands over several at once.
+        for i in range(0, line.size - _FRAME + 1, _FRAME):
+            self._couplings.append(_level_db(line[i : i + _FRAME]) - bot_level_db)
+        self._bot_samples += line.size
         if self._bot_samples >= _BOT_SAMPLES:
             coupling = float(np.percentile(self._couplings, 90.0)) if self._couplings else -120.0
             self.echo_path = coupling > NO_ECHO_DB and (
@@ -99,4 +104,5 @@ class EchoPathTest:
                 >= ECHO_CORRELATION
             )
             self._line, self._reference, self._couplings = [], [], []
+            self._bot_samples = 0
         return self.echo_path

@@ -233,7 +233,10 @@ class PlayoutClock:
         for chunk in done:
             self._record_played(chunk, chunk.samples)
             self._remember_audio(chunk, chunk.samples)
-            if chunk.fresh and self._learn_latency:
+            # (On the grid, only a chunk of whole frames that carried this mark: the
+            # echo comes at the first frame boundary after its end.)
+            whole = chunk is done[-1] and chunk.samples % self._frame == 0 if self._frame else True
+            if chunk.fresh and self._learn_latency and whole:
                 self._learn(chunk.expected_start + shown - chunk.sent_at)
         cursor = done[-1].expected_end
         for chunk in self._pending.values():

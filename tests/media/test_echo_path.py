@@ -103,6 +103,17 @@ def test_a_speakerphone_under_background_talk_is_an_echo_path(
     assert held_down_db(outputs, line, 2.2, 4.0) > 1.5
 
 
+def test_a_speakerphone_whose_caller_talks_over_the_greeting_is_found_later(bot) -> None:
+    # The caller's loud words over the bot's first 2 s hide its echo from the first
+    # judgement; the next 2 s of the bot show it.
+    caller = speak(CALLER_TEXT).astype(np.float32) / 32768
+    echo = room_echo(bot, 150, -20)
+    line = echo.copy()
+    line[800 : 800 + caller.size] += caller[: line.size - 800] * np.float32(2.0)
+    _, outputs = run(line, bot)
+    assert held_down_db(outputs, line, 7.0, bot.size / RATE) > 1.5
+
+
 def test_over_background_talk_a_caller_interrupting_the_bot_is_heard_at_full_level(
     bot, background
 ) -> None:
