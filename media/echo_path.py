@@ -31,7 +31,11 @@ BOT_SILENT_DB = -60.0  # a reference quieter than this plays nothing that could 
 NO_ECHO_DB = -45.0  # a line coupled to the bot less than this has no echo worth cancelling
 # The line follows the bot at least this well (normalised cross-correlation).
 ECHO_CORRELATION = 0.115
-_BOT_SAMPLES = 2 * _RATE  # the bot playing this long before the line is judged
+_BOT_SAMPLES = 2 * _RATE  # the bot playing this long before the line is judged...
+# ...but a line this quiet against the bot (a handset) is judged after 1 s: until then it
+# is taken for a speakerphone, whose canceller is unsettled, and an interruption of the
+# greeting needs ten times the speech to stop the bot.
+_QUIET_LINE_SAMPLES = _RATE
 _PRE_EMPHASIS = 0.95
 _MAX_DELAY = _RATE * 520 // 1000  # the longest echo path (400 ms) and the reference lead
 _FRAME = 160
@@ -71,7 +75,8 @@ def _pre_emphasised(samples: np.ndarray) -> np.ndarray:
 
 class EchoPathTest:
     """Fed the line and the reference (bot audio at the same samples) for each batch;
-    `echo_path` is None until the bot has played 2 s, then the verdict.
+    `echo_path` is None until the bot has played 1 s (a quiet line) or 2 s, then the
+    verdict.
 
     Only the bot's audio and its echo's tail are evidence. A caller talking over the
     bot dilutes the correlation, so a line judged to have no echo path is judged again
@@ -97,12 +102,18 @@ class EchoPathTest:
         for i in range(0, line.size - _FRAME + 1, _FRAME):
             self._couplings.append(_level_db(line[i : i + _FRAME]) - bot_level_db)
         self._bot_samples += line.size
-        if self._bot_samples >= _BOT_SAMPLES:
-            coupling = float(np.percentile(self._couplings, 90.0)) if self._couplings else -120.0
-            self.echo_path = coupling > NO_ECHO_DB and (
+        if self._bot_samples < _QUIET_LINE_SAMPLES:
+            return self.echo_path
+        coupling = float(np.percentile(self._couplings, 90.0)) if self._couplings else -120.0
+        if coupling <= NO_ECHO_DB:
+            self.echo_path = False
+        elif self._bot_samples >= _BOT_SAMPLES:
+            self.echo_path = (
                 correlation(np.concatenate(self._line), np.concatenate(self._reference))
                 >= ECHO_CORRELATION
             )
-            self._line, self._reference, self._couplings = [], [], []
-            self._bot_samples = 0
+        else:
+            return self.echo_path
+        self._line, self._reference, self._couplings = [], [], []
+        self._bot_samples = 0
         return self.echo_path
