@@ -112,8 +112,9 @@ class FrontEnd:
         self._line_unmatched = np.zeros(0, dtype=np.float32)
         self._echo_training = 0  # samples of bot audio the canceller has worked against
         self._realigning = 0  # samples left until a moved reference is surely relearnt
-        # Whether the line carries the bot's echo, judged over the bot's first 2 s on the
-        # call. Until then, the line is taken for a speakerphone.
+        # Whether the line carries the bot's echo, judged over the bot's first 1-2 s on
+        # the call (and again while the answer is no). Until then, the line is taken for
+        # a speakerphone.
         self._echo_path = EchoPathTest()
         self._activity = VoiceActivity(
             self._vad.window_samples,
