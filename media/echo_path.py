@@ -1,4 +1,4 @@
-"""Does the caller's line carry the bot's echo? Decided once, over the bot's first 2 s.
+"""Does the caller's line carry the bot's echo? Judged over the bot's first 2 s, and again later.
 
 Two tests, both needed:
 - coupling: how loud the line gets against the bot while it plays (the loud end of
@@ -81,7 +81,10 @@ class EchoPathTest:
     Only the bot's audio and its echo's tail are evidence. A caller talking over the
     bot dilutes the correlation, so a line judged to have no echo path is judged again
     over each further 2 s of the bot; one found to have an echo path keeps it (the
-    canceller runs all call, so it has been learning the path meanwhile).
+    canceller runs all call, so it has been learning the path meanwhile). A re-judgement
+    needs two windows in a row to follow the bot: an echo follows it in every window,
+    while over a long call unrelated talk now and then reads as high in one (a babble
+    call's 15th window read 0.125, its others 0.015-0.049).
     """
 
     def __init__(self) -> None:
@@ -90,6 +93,8 @@ class EchoPathTest:
         self._line: list[np.ndarray] = []
         self._reference: list[np.ndarray] = []
         self._bot_samples = 0
+        self._judged = False
+        self._last_followed = False
 
     def feed(self, line: np.ndarray, reference: np.ndarray, bot_level_db: float) -> bool | None:
         """`bot_level_db`: the bot's loudest recent level (its echo may still be coming
@@ -106,14 +111,17 @@ class EchoPathTest:
             return self.echo_path
         coupling = float(np.percentile(self._couplings, 90.0)) if self._couplings else -120.0
         if coupling <= NO_ECHO_DB:
-            self.echo_path = False
+            self.echo_path = self._last_followed = False
         elif self._bot_samples >= _BOT_SAMPLES:
-            self.echo_path = (
+            followed = (
                 correlation(np.concatenate(self._line), np.concatenate(self._reference))
                 >= ECHO_CORRELATION
             )
+            self.echo_path = followed and (self._last_followed or not self._judged)
+            self._last_followed = followed
         else:
             return self.echo_path
+        self._judged = True
         self._line, self._reference, self._couplings = [], [], []
         self._bot_samples = 0
         return self.echo_path

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from media.codec import mulaw_decode, mulaw_encode
-from media.echo_path import correlation
+from media.echo_path import EchoPathTest, correlation
 from media.frontend import FrontEnd, level_dbfs
 from ops.caller_voice import speak
 from ops.line import babble
@@ -138,3 +138,19 @@ def test_correlation_finds_a_delayed_copy_and_not_unrelated_speech(bot, backgrou
     late = np.concatenate((np.zeros(1200, np.float32), bot[:-1200]))
     assert correlation(late[: 2 * RATE], bot[: 2 * RATE]) > 0.9
     assert correlation(background[: 2 * RATE], bot[: 2 * RATE]) < 0.06
+
+
+def test_a_no_echo_line_is_not_taken_for_an_echo_path_on_one_window_that_follows_the_bot(
+    bot, background
+) -> None:
+    # Over a long call unrelated talk now and then follows the bot for one 2 s window;
+    # an echo follows it in every window.
+    judge = EchoPathTest()
+    window = 2 * RATE
+    late = np.concatenate((np.zeros(1200, np.float32), bot[:-1200])) * np.float32(0.3)
+    verdicts = []
+    for line in (background, late, background, late, late):
+        for i in range(0, window, 160):
+            verdicts.append(judge.feed(line[i : i + 160], bot[i : i + 160], -20.0))
+    per_window = verdicts[window // 160 - 1 :: window // 160]
+    assert per_window == [False, False, False, False, True]
