@@ -75,8 +75,12 @@ class InboundAudioClock:
             self.resyncs += 1
             self._offset += self.position + fill - target
         elif gap >= self._jitter_samples:
-            out = bytes([MULAW_SILENCE]) * gap
-            self.gaps_filled_samples += gap
+            # Whole chunks went missing: fill whole chunks, whatever the timestamps'
+            # wobble, so the stream stays on Twilio's frame grid (the bot's audio starts
+            # on it, and the echo canceller's reference is placed by it).
+            fill = round(gap / len(payload)) * len(payload) if payload else gap
+            out = bytes([MULAW_SILENCE]) * fill
+            self.gaps_filled_samples += fill
         elif gap <= -self._jitter_samples:
             # Duplicate or late chunk: its first -gap samples were already emitted.
             overlap = min(-gap, len(payload))

@@ -102,3 +102,11 @@ def test_the_line_never_runs_more_than_a_second_ahead_of_what_was_read() -> None
     clock.push(0, _chunk(1), arrived_s=100.02)
     assert clock.line_position(130.0) == 160 + 8000  # the sender stopped sending
     assert InboundAudioClock().line_position(5.0) == 0  # never started: what was read
+
+
+def test_skipped_chunks_are_filled_whole_whatever_the_timestamps_wobble() -> None:
+    clock = InboundAudioClock()
+    clock.push(0, _chunk(1))
+    out = clock.push(103, _chunk(2))  # four 20 ms chunks skipped, stamped 3 ms late
+    assert out == SILENCE * (4 * FRAME) + _chunk(2)
+    assert clock.position % FRAME == 0
