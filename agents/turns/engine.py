@@ -39,6 +39,7 @@ from agents.turns.text import (
     is_farewell,
     looks_unfinished,
     makes_a_request,
+    only_trails_off,
     sentences,
     sounds_finished,
     takes_the_turn,
@@ -351,6 +352,9 @@ class TurnEngine:
     def frame(self, frame: Frame) -> list[Decision]:
         out: list[Decision] = []
         self.position = frame.end
+        # `frame.bot_audible` was measured before this frame's decisions: a bot resumed
+        # in this frame is not audible in it yet, and is not played out by that.
+        state_before = self.state
         for event in frame.events:
             if isinstance(event, SpeechStarted):
                 self._on_start(event.sample, frame, out)
@@ -364,6 +368,7 @@ class TurnEngine:
             self._overlap_frame(frame, out)
         elif (
             self.state in (TurnState.BOT, TurnState.REPLYING)
+            and self.state is state_before
             and not frame.bot_audible
             and not self._bot_busy
         ):
@@ -649,6 +654,10 @@ class TurnEngine:
             # No words to go on, so no hurry: asking again into a comma's pause talks
             # over the caller ("Thanks, | that's all", whose "Thanks" Whisper made "and").
             wait = cfg.statement_min_silence_ms if sure else cfg.max_silence_ms
+        elif unfinished and sure and only_trails_off(text):
+            # "Weather..." (Smart Turn 0.96): Whisper's ellipsis is the only sign of
+            # more to come, and the voice sounded done. Waited 2 s, it was dead air.
+            wait = cfg.statement_min_silence_ms
         elif unfinished:
             wait = cfg.unfinished_max_silence_ms
         elif question or is_farewell(text):

@@ -11,6 +11,7 @@ __all__ = [
     "is_farewell",
     "looks_unfinished",
     "makes_a_request",
+    "only_trails_off",
     "sentences",
     "sounds_finished",
     "takes_the_turn",
@@ -68,6 +69,16 @@ def looks_unfinished(text: str) -> bool:
     if words[-1] in _DANGLING and not stripped.endswith("?"):
         return True
     return _clause_without_verb(_WORD.findall(sentences(stripped)[-1].lower()))
+
+
+def only_trails_off(text: str) -> bool:
+    """Unfinished only by Whisper's ellipsis: the words before it could end a sentence
+    ("Weather...", a one-word question said flat), unlike "a table for..." """
+    stripped = text.strip()
+    if not stripped.endswith(("...", "…")):
+        return False
+    words = stripped.rstrip(".… ")
+    return bool(words) and not looks_unfinished(words)
 
 
 # Words that open a clause needing a verb of its own: "whether the pharmacy | is open".

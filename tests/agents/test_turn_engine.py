@@ -181,6 +181,19 @@ CASES = [
         answered_once("I'd like to book a table for", after_ms=1500 + 2000, within_ms=300),
     ),
     Case(
+        "a word Whisper trails off after, said in a voice that sounded done, is answered",
+        # "Weather?" came back "Weather..." (Smart Turn 0.96): the 2 s wait was dead air.
+        [Say(600)],
+        [Hears(10_000, "Weather...", probability=0.96)],
+        answered_once("Weather...", after_ms=600 + 700, within_ms=300),
+    ),
+    Case(
+        "a trailing off Smart Turn is unsure of gets the longer wait",
+        [Say(600)],
+        [Hears(10_000, "Weather...", probability=0.2)],
+        answered_once("Weather...", after_ms=600 + 2000, within_ms=300),
+    ),
+    Case(
         "someone reading aloud is not answered in the pauses between sentences",
         [Say(4500), Quiet(500), Say(3000), Quiet(900), Say(3000), Quiet(1000), Say(2000)],
         [
@@ -351,6 +364,19 @@ CASES = [
         [Say(1500), Quiet(1500), Say(400)],
         [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "Mhm.", probability=0.1)],
         resumes_after(3400 + TurnTaking().resume_min_silence_ms),
+    ),
+    Case(
+        "a backchannel over a reply already all sent leaves the bot's turn to it",
+        # Resumed in the frame it was held, a reply whose audio was all sent was taken
+        # for played out: the next "Right." over it was answered as the caller's turn.
+        [Say(1500), Quiet(1500), Say(400), Quiet(1500), Say(300)],
+        [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "Mhm.", probability=0.1)],
+        lambda out: (
+            ([a.text for a in out.of(Answer)] == [QUESTION] and len(out.of(Resume)) == 2)
+            or pytest.fail(str(out.decisions))
+        ),
+        bot=Bot(reply_ms=8000, made_ms=500),
+        duplex=False,
     ),
     Case(
         "short words that are no backchannel keep the bot held a while longer",

@@ -10,6 +10,7 @@ from agents.turns.text import (
     claims_the_floor,
     looks_unfinished,
     makes_a_request,
+    only_trails_off,
     sentences,
     wants_a_person,
 )
@@ -214,3 +215,18 @@ def test_a_caller_who_says_more_is_coming_announces_it(text: str) -> None:
 )
 def test_plain_statements_announce_nothing(text: str) -> None:
     assert not announces_more(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "trails_off"),
+    [
+        ("Weather...", True),
+        ("So that's it…", True),
+        ("I'd like to book a table for...", False),
+        ("Could you check whether the pharmacy...", False),
+        ("Weather.", False),
+        ("...", False),
+    ],
+)
+def test_only_the_ellipsis_leaves_some_words_unfinished(text: str, trails_off: bool) -> None:
+    assert only_trails_off(text) is trails_off

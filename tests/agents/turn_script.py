@@ -98,6 +98,10 @@ class Bot:
     remaining: int = 0  # ms of reply audio left
     starts_at: int | None = None  # ms when the pending reply becomes audible
     held: bool = False
+    # The reply is all made (every clause sent) this long after it becomes audible; its
+    # audio plays on. None: made just as its last audio plays.
+    made_ms: int | None = None
+    made_at: int | None = None
 
 
 def run(
@@ -125,6 +129,7 @@ def run(
         engine.reply_started()
         bot.remaining = bot.reply_ms
         bot.starts_at = ms + bot.latency_ms
+        bot.made_at = None if bot.made_ms is None else bot.starts_at + bot.made_ms
 
     def apply(ms: int, decisions: list[Decision]) -> None:
         for decision in decisions:
@@ -164,6 +169,9 @@ def run(
             if bot.remaining <= 0:
                 bot.starts_at = None
                 engine.reply_done()
+        if bot.made_at is not None and ms >= bot.made_at:
+            bot.made_at = None
+            engine.reply_done()
         if audible:
             audible_ms.append(ms)
         events = vad.update(speaking, end)
