@@ -158,10 +158,10 @@ class CallSession:
             ),
             draft_replies=settings.llm_drafts,
         )
-        # Caller audio with the bot audio that played into the caller's room meanwhile.
-        # Bounded in bytes: a stalled front end drops (counted), never grows the process.
-        # Caller audio, its echo reference, and whether the schedule moved under the
-        # reference since the last batch.
+        # Caller audio, the bot audio that played into the caller's room meanwhile (the
+        # echo reference), and whether the schedule moved under that reference since the
+        # last batch. Bounded in bytes: a stalled front end drops (counted), never grows
+        # the process.
         self._audio: asyncio.Queue[tuple[bytes, np.ndarray, bool]] = asyncio.Queue()
         self._schedule_moves = 0
         self._audio_bytes = 0

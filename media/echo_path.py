@@ -93,8 +93,7 @@ class EchoPathTest:
         self._line: list[np.ndarray] = []
         self._reference: list[np.ndarray] = []
         self._bot_samples = 0
-        self._judged = False
-        self._last_followed = False
+        self._last_followed = False  # the last window judged followed the bot
 
     def feed(self, line: np.ndarray, reference: np.ndarray, bot_level_db: float) -> bool | None:
         """`bot_level_db`: the bot's loudest recent level (its echo may still be coming
@@ -117,11 +116,11 @@ class EchoPathTest:
                 correlation(np.concatenate(self._line), np.concatenate(self._reference))
                 >= ECHO_CORRELATION
             )
-            self.echo_path = followed and (self._last_followed or not self._judged)
+            # The first judgement (echo_path None) takes one window; later ones two.
+            self.echo_path = followed and (self._last_followed or self.echo_path is None)
             self._last_followed = followed
         else:
             return self.echo_path
-        self._judged = True
         self._line, self._reference, self._couplings = [], [], []
         self._bot_samples = 0
         return self.echo_path

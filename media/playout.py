@@ -235,7 +235,7 @@ class PlayoutClock:
             self._remember_audio(chunk, chunk.samples)
             # (On the grid, only a chunk of whole frames that carried this mark: the
             # echo comes at the first frame boundary after its end.)
-            whole = chunk is done[-1] and chunk.samples % self._frame == 0 if self._frame else True
+            whole = not self._frame or (chunk is done[-1] and chunk.samples % self._frame == 0)
             if chunk.fresh and self._learn_latency and whole:
                 self._learn(chunk.expected_start + shown - chunk.sent_at)
         cursor = done[-1].expected_end
