@@ -128,10 +128,12 @@ CASES = [
         "half a minute read aloud with pauses is heard whole, past the no-pause cap",
         [s for _ in range(6) for s in (Say(4200), Quiet(800))][:-1],
         [
-            Hears(29_000, "And the next sentence of the order.", probability=0.3),
-            Hears(99_000, "That is the whole order.", probability=0.3),
+            Hears(29_000, "The order. Then. And the next sentence of the order.", 0.3),
+            Hears(99_000, "The order. Then. That is the whole order.", probability=0.3),
         ],
-        never_answered_before(6 * 4200 + 5 * 800 + 1200 - 20, "That is the whole order."),
+        never_answered_before(
+            6 * 4200 + 5 * 800 + 1200 - 20, "The order. Then. That is the whole order."
+        ),
         duplex=False,
     ),
     Case(
@@ -216,6 +218,18 @@ CASES = [
         never_answered_before(
             4500 + 900 + 3000 + 900 + 2000,
             "I'm going to read you my order. First. Then. That is all.",
+        ),
+    ),
+    Case(
+        "a long turn of two sentences is answered after a second's pause",
+        # The pauses script's "a table for | six people..." came back as two sentences:
+        # the reader's 1.2 s put a quarter of 4 concurrent calls' turns past 1.5 s.
+        [Say(4500)],
+        [Hears(99_000, "I'd like to book a table for you. Six people next Tuesday.", 0.3)],
+        answered_once(
+            "I'd like to book a table for you. Six people next Tuesday.",
+            after_ms=4500 + 1000,
+            within_ms=150,
         ),
     ),
     Case(
