@@ -16,6 +16,7 @@ import numpy as np
 
 from agents.assets import STT_ASSETS, ModelCache
 from agents.cascade.agent import CascadeModels, EndOfTurn
+from agents.cascade.draft import DraftBoard
 from agents.cascade.llm import ChatModel, ChatPool, EmbeddedLlamaServer, Message, OpenAIChat
 from agents.cascade.stt import WhisperTranscriber
 from agents.cascade.tts import PiperSpeaker
@@ -55,7 +56,11 @@ async def load_models(
     # EndOfTurn is a nominal base class that media's model does not (and, media being
     # below agents, cannot) inherit; it has the one method EndOfTurn asks for.
     end_of_turn = cast(EndOfTurn, eot)
-    models = CascadeModels(stt=stt, tts=tts, llm=llm, end_of_turn=end_of_turn)
+    # A server per call (the embedded default) lets every call draft its replies.
+    servers = len(llm.members) if isinstance(llm, ChatPool) else 1
+    models = CascadeModels(
+        stt=stt, tts=tts, llm=llm, end_of_turn=end_of_turn, drafts=DraftBoard(servers)
+    )
     for line in (settings.greeting, settings.apology, settings.reprompt, settings.farewell):
         if line:
             models.canned[line] = await asyncio.to_thread(tts.synthesize, line)

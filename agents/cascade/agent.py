@@ -112,7 +112,7 @@ class CascadeModels:
     canned: dict[str, np.ndarray] = field(default_factory=dict)
     # Every call's model work goes through this: bounded, fair between calls, measured.
     scheduler: ModelScheduler = field(default_factory=ModelScheduler)
-    # Replies drafted ahead give way to every call's actual replies (one LLM server).
+    # Replies drafted ahead never hold an LLM server another call's reply needs.
     drafts: DraftBoard = field(default_factory=DraftBoard)
 
 
@@ -835,7 +835,6 @@ class CascadeAgent:
                 group.create_task(write())
                 group.create_task(speak())
         finally:
-            self.models.drafts.reply_done()
             self._stop_following()  # a reply cut short leaves its draft writing for nobody
         return called[0] if called else None
 

@@ -76,25 +76,41 @@ async def test_a_draft_fits_only_the_same_messages_and_not_once_stopped() -> Non
     assert not draft.fits(MESSAGES), "a stopped draft holds only part of a reply"
 
 
-async def test_any_reply_starting_stops_every_draft_and_no_draft_starts_meanwhile() -> None:
-    board = DraftBoard()
+async def test_once_calls_share_a_server_any_reply_starting_stops_every_draft() -> None:
+    board = DraftBoard(servers=1)
+    board.call_started()
     drafts = [
         asyncio.create_task(ReplyDraft(MESSAGES).write(_stream(then=asyncio.Event()), _nothing))
         for _ in range(2)
     ]
     for task in drafts:
         board.drafting(task)
-    assert board.may_draft()
+    board.call_started()  # a second call: it shares the one server
+    assert not board.may_draft(), "a second call's replies must not wait for a draft"
     board.reply_started()
     await asyncio.sleep(0)
     assert all(task.cancelled() for task in drafts)
-    assert not board.may_draft(), "the LLM is writing a reply"
-    board.reply_done()
+
+
+async def test_with_a_server_per_call_replies_leave_other_calls_drafts_alone() -> None:
+    board = DraftBoard(servers=4)
+    for _ in range(4):
+        board.call_started()
+    theirs = asyncio.create_task(
+        ReplyDraft(MESSAGES).write(_stream(then=asyncio.Event()), _nothing)
+    )
+    board.drafting(theirs)
+    board.reply_started()
+    await asyncio.sleep(0)
+    assert not theirs.done(), "the draft holds only its own call's server"
     assert board.may_draft()
+    theirs.cancel()
 
 
 async def test_a_draft_taken_as_its_calls_reply_is_not_stopped_by_replies() -> None:
-    board = DraftBoard()
+    board = DraftBoard(servers=1)
+    board.call_started()
+    board.call_started()
     mine = asyncio.create_task(ReplyDraft(MESSAGES).write(_stream(then=asyncio.Event()), _nothing))
     board.drafting(mine)
     board.taken(mine)
@@ -104,11 +120,13 @@ async def test_a_draft_taken_as_its_calls_reply_is_not_stopped_by_replies() -> N
     mine.cancel()
 
 
-def test_drafts_are_written_only_while_one_call_is_served() -> None:
-    board = DraftBoard()
+def test_drafts_are_written_only_while_every_call_has_a_server_of_its_own() -> None:
+    board = DraftBoard(servers=2)
     board.call_started()
     assert board.may_draft()
     board.call_started()
-    assert not board.may_draft(), "a second call's replies must not wait for a draft"
+    assert board.may_draft()
+    board.call_started()
+    assert not board.may_draft(), "a third call's replies must not wait for a draft"
     board.call_ended()
     assert board.may_draft()

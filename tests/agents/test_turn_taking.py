@@ -434,16 +434,17 @@ async def test_a_backchannel_over_a_drafted_reply_does_not_cut_what_is_still_bei
         assert len(prompts) == 1, "the draft was the reply"
 
 
-async def test_no_draft_is_written_while_another_calls_reply_is_being_written() -> None:
-    # One LLM server writes one reply at a time: a draft must not make it wait.
+async def test_no_draft_is_written_while_another_call_shares_the_llm_server() -> None:
+    # One LLM server writes one reply at a time: a draft must not make theirs wait.
     statement = "I'd like to book a table."
     async with call(stt=hearing(statement), eot=end_of_turn(0.9)) as session:
-        session.agent.models.drafts.reply_started()  # another call's reply
+        assert session.agent.models.drafts.servers == 1
+        session.agent.models.drafts.call_started()  # another call
         await session.talk(1500)
         await session.pause(300)
         await session.evaluated()
         assert session.llm.prompts == []
-        session.agent.models.drafts.reply_done()
+        session.agent.models.drafts.call_ended()
         await session.pause(STATEMENT_PAUSE_MS - 300)
         await session.bot_said(REPLY_TEXT)
         [first] = [data for name, data in session.events if name == "llm_first_token"]
