@@ -651,7 +651,17 @@ class TurnEngine:
                 return True
             return sure or (sounds_finished(text) and not unfinished)
         length_s = (result.end - self._utterance_start) / RATE
-        question = (asks_a_question(text) or makes_a_request(text)) and not unfinished
+        said = len(sentences(text))
+        announced = announces_more(text)
+        reading = announced or (said >= cfg.reading_sentences and length_s >= cfg.long_turn_s)
+        if reading:
+            # A reader's sentence opening like a question is mostly their text ("Is it
+            # open..." read out) or Whisper's fragment across a pause: under babble, "are
+            # clean wager and to lemonade." (for "...and two lemonades.") was answered in
+            # 240 ms, mid-reading. A reader asking says it with a rise: Whisper's "?".
+            question = text.rstrip().endswith("?") and not unfinished
+        else:
+            question = (asks_a_question(text) or makes_a_request(text)) and not unfinished
         # How long a pause ends the turn, by what the words say. Smart Turn scores flat
         # prosody (synthetic or monotone callers, measured 0.01-0.02 on Piper questions)
         # low even on complete questions, so Whisper's punctuation leads and Smart Turn
@@ -687,7 +697,6 @@ class TurnEngine:
             # falling, final voice. Not after several: a reader's or an explainer's
             # pauses between sentences all sound final (Smart Turn 0.6-0.97 on Piper
             # reading an order aloud).
-            said = len(sentences(text))
             if said >= cfg.reading_sentences:
                 floor = cfg.reading_min_silence_ms
             elif sure and said <= 1:
@@ -695,7 +704,7 @@ class TurnEngine:
             else:
                 floor = cfg.long_turn_min_silence_ms
             wait = max(wait, floor)
-        if not question and announces_more(text):
+        if announced and not question:
             wait = max(wait, cfg.reading_min_silence_ms)  # "...so please let me finish."
         return silence_ms >= wait
 

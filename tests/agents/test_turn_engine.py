@@ -233,6 +233,29 @@ CASES = [
         ),
     ),
     Case(
+        "a reader's words that open like a question are not answered in the pause after them",
+        # Under babble Whisper wrote "...and two lemonades." as "are clean wager and to
+        # lemonade.", the last of several sentences, and it was answered in 240 ms.
+        [Say(4500), Quiet(700), Say(3000)],
+        [
+            Hears(4600, "The order. First, two pizzas. are clean wager and to lemonade.", 0.07),
+            Hears(99_000, "The order. First, two pizzas. And two lemonades. That is all.", 0.07),
+        ],
+        never_answered_before(
+            4500 + 700 + 3000, "The order. First, two pizzas. And two lemonades. That is all."
+        ),
+    ),
+    Case(
+        "a reader who asks with a question mark is answered fast",
+        [Say(6000)],
+        [Hears(99_000, "I'm going to read you my order. Two pizzas. Can you read it back?", 0.3)],
+        answered_once(
+            "I'm going to read you my order. Two pizzas. Can you read it back?",
+            after_ms=6000,
+            within_ms=400,
+        ),
+    ),
+    Case(
         "a caller who says more is coming is not answered after their first sentence",
         # espeak reading an order in bench turns: Smart Turn 0.62 on the first sentence,
         # then a 750 ms pause before "First, two large pizzas".
