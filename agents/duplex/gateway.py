@@ -33,7 +33,7 @@ from agents.events import Hold as HoldEvent
 from agents.events import Resume as ResumeEvent
 from agents.inputs import Digits
 from agents.playback import PHONE_RATE, Playback
-from agents.turns.engine import Frame, Overlap, TurnTaking
+from agents.turns.engine import Frame, Overlap, RecentFrames, TurnTaking
 from media.frontend import FrontEndOutput
 from media.vad import SpeechStarted, SpeechStopped
 
@@ -120,6 +120,7 @@ class DuplexAgent:
         # engine's rule) and lets the worker's results decide what follows.
         self._turns = turn_taking or TurnTaking()
         self._overlap: Overlap | None = None
+        self._recent = RecentFrames()  # what an onset looked like before it was noticed
         self._speaking = False
         self._position = 0  # 16 kHz front-end samples seen
         self._speech_stopped_at: float | None = None  # perf_counter, while held
@@ -209,12 +210,29 @@ class DuplexAgent:
         goes on as long as the cascade's barge-in clears it without waiting for the
         worker (whose engine will have decided the same)."""
         self._position = out.start_sample + len(out.audio)
+        audible = self.playback.audible()
+        frame = Frame(
+            end=self._position,
+            samples=len(out.audio),
+            level_db=out.level_db,
+            noise_floor_db=out.noise_floor_db,
+            echo_settled=out.echo_settled,
+            bot_audible=audible,
+            bot_level_db=self.playback.reference_level_db() if audible else -120.0,
+        )
+        try:
+            await self._watch_frame(frame, out)
+        finally:
+            self._recent.add(frame)
+
+    async def _watch_frame(self, frame: Frame, out: FrontEndOutput) -> None:
         for event in out.events:
             if isinstance(event, SpeechStarted):
                 self._speaking = True
                 self._speech_stopped_at = None
                 if self._overlap is None and self.playback.audible():
                     self._overlap = Overlap(start=event.sample)
+                    self._overlap.count_from_onset(self._recent, self._turns)
             elif isinstance(event, SpeechStopped):
                 self._speaking = False
                 if self._overlap is not None and not self.playback.holding:
@@ -225,15 +243,6 @@ class DuplexAgent:
         if overlap is None:
             return
         if not self.playback.holding:
-            frame = Frame(
-                end=self._position,
-                samples=len(out.audio),
-                level_db=out.level_db,
-                noise_floor_db=out.noise_floor_db,
-                echo_settled=out.echo_settled,
-                bot_audible=self.playback.audible(),
-                bot_level_db=self.playback.reference_level_db(),
-            )
             overlap.count(frame, self._speaking, self._turns)
             if overlap.holds(self._position, out.echo_settled, self._turns):
                 overlap.held_at = self._position

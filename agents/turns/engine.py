@@ -16,7 +16,8 @@ interruption: the rest is dropped and the caller has the turn.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -293,6 +294,16 @@ class Overlap:
             self.loud += frame.samples
             self.last_loud = frame.end
 
+    def count_from_onset(self, frames: Iterable[Frame], cfg: TurnTaking) -> None:
+        """Count the frames between the speech's onset and the detector saying so (~80 ms
+        later), so a hold is timed from what the caller said, not from when it was
+        noticed: counted from the notice, the bot started its next sentence 140 ms into
+        a caller's "Yeah." in its pause (bench turns, echo line, the same spot in two
+        runs), the `clear` one frame late."""
+        for frame in frames:
+            if frame.end - frame.samples // 2 > self.start:
+                self.count(frame, True, cfg)
+
     def holds(self, position: int, echo_settled: bool, cfg: TurnTaking) -> bool:
         """Loud for long enough, and for a third of the speech at least."""
         # Until the echo canceller has found the echo path, the bot's echo gets through
@@ -302,6 +313,22 @@ class Overlap:
         hold_ms = cfg.hold_min_speech_ms if echo_settled else cfg.hold_unsettled_ms
         hold_at = _samples(hold_ms)
         return self.loud >= hold_at and self.loud * 3 >= position - self.start
+
+
+class RecentFrames:
+    """The last few frames: what a speech onset the detector reports late looked like."""
+
+    def __init__(self, keep_ms: int = 400) -> None:
+        self._frames: deque[Frame] = deque()
+        self._keep = _samples(keep_ms)
+
+    def add(self, frame: Frame) -> None:
+        self._frames.append(frame)
+        while self._frames and self._frames[0].end <= frame.end - self._keep:
+            self._frames.popleft()
+
+    def __iter__(self) -> Iterator[Frame]:
+        return iter(self._frames)
 
 
 class TurnEngine:
@@ -322,6 +349,7 @@ class TurnEngine:
         self._result: Evaluation | None = None
         self._next_cap_check = 0
         self._overlap: Overlap | None = None
+        self._recent = RecentFrames()
         self._bot_busy = False  # a reply is being made or played (driver's fact)
         self._committed = False  # REPLYING answers a caller turn (vs a greeting...)
         # HELD and judged a backchannel at this stop; the bot resumes after a quiet moment
@@ -384,6 +412,7 @@ class TurnEngine:
         elif self.state is TurnState.CALLER and self.speaking:
             self._check_length_cap(out)
         self._maybe_end_turn(out)
+        self._recent.add(frame)
         return out
 
     def _on_start(self, sample: int, frame: Frame, out: list[Decision]) -> None:
@@ -410,6 +439,7 @@ class TurnEngine:
                 self._to(TurnState.CALLER)
             case TurnState.BOT:
                 self._overlap = Overlap(start=sample)
+                self._overlap.count_from_onset(self._recent, self.cfg)
                 self._begin_utterance(sample)
                 self._to(TurnState.OVERLAP)
             case TurnState.OVERLAP | TurnState.HELD:

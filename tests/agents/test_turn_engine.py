@@ -453,6 +453,17 @@ CASES = [
         interruption_stops_fast(onset_ms=3500),
     ),
     Case(
+        "the bot is held as soon as speech over it is noticed, counted from its onset",
+        # The detector notices speech 64 ms after its onset (80-100 ms in calls): counted
+        # from the notice, the hold came 60 ms later, and a bot sentence starting in its
+        # pause played 140 ms into a caller's "Yeah." before the `clear`.
+        [Say(1500), Quiet(2000), Say(1500)],
+        [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "No wait, Saturday.", 0.8)],
+        lambda out: (
+            (out.at(Hold) and out.at(Hold)[0] - 3500 <= 80) or pytest.fail(str(out.decisions))
+        ),
+    ),
+    Case(
         "a short 'stop' over the bot is an interruption by its words",
         [Say(1500), Quiet(2000), Say(400)],
         [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "Stop.", probability=0.8)],
