@@ -1,6 +1,6 @@
 """A reply written while the turn engine waits out a pause that may end the caller's turn.
 
-A statement is answered after 700 ms of quiet, a long turn after 1.2 s (a sentence can
+A statement is answered after 700 ms of quiet, a long turn after 1-1.2 s (a sentence can
 be the first of several). The words are known long before that: Whisper runs at the
 pause's start. So the LLM starts on them at once, and its first clause is synthesised
 (into the speaker's cache); if the turn ends with those same words, the reply starts
