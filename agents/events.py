@@ -40,6 +40,7 @@ __all__ = [
     "MarkEchoed",
     "MarkSent",
     "NotSpeech",
+    "PatienceRaised",
     "ProtocolErrorEvent",
     "ReplyCancelled",
     "ReplyStart",
@@ -377,6 +378,17 @@ class EchoIgnored(CallEvent):
 
     name: ClassVar[str] = "echo_ignored"
     speech_ms: int = 0
+
+
+@_event
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PatienceRaised(CallEvent):
+    """The caller went on after a pause of `pause_ms` that the bot took for the end of
+    their turn: from now on their statements get `wait_ms` of quiet before an answer."""
+
+    name: ClassVar[str] = "patience_raised"
+    pause_ms: int = 0
+    wait_ms: int = 0
 
 
 @_event

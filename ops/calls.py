@@ -47,6 +47,7 @@ from agents.events import (
     Error,
     Fallback,
     Hold,
+    PatienceRaised,
     ProtocolErrorEvent,
     Reprompt,
     Resume,
@@ -99,11 +100,19 @@ _INCIDENTS: Final[tuple[type[CallEvent], ...]] = (
     Hold,
     Reprompt,
     TurnCapped,
+    PatienceRaised,
     Error,
     ProtocolErrorEvent,
     Fallback,
 )
-_CUT_SHORT: Final[tuple[type[CallEvent], ...]] = (BargeIn, Clear, Hold, Reprompt, TurnCapped)
+_CUT_SHORT: Final[tuple[type[CallEvent], ...]] = (
+    BargeIn,
+    Clear,
+    Hold,
+    Reprompt,
+    TurnCapped,
+    PatienceRaised,
+)
 
 Transcribe = Callable[[np.ndarray], str]
 
@@ -534,6 +543,8 @@ def _incident(event: CallEvent) -> str:
             return f"caller not made out{why} after {speech_ms} ms of speech; asked to repeat"
         case TurnCapped(speech_ms=speech_ms):
             return f"caller turn judged without a pause at its {speech_ms} ms cap"
+        case PatienceRaised(pause_ms=pause_ms, wait_ms=wait_ms):
+            return f"bot answered into a {pause_ms} ms pause; statements now wait {wait_ms} ms"
     return json.dumps(event.data(), sort_keys=True, default=str)
 
 

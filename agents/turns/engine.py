@@ -28,6 +28,7 @@ from agents.events import (
     EndOfTurn,
     EventSink,
     NotSpeech,
+    PatienceRaised,
     SpeechStart,
     SpeechStop,
     TurnCapped,
@@ -115,6 +116,17 @@ class TurnTaking:
     # No longer: a hold on the bot's own leaked "I'm" then kept it quiet ~1 s, and a
     # caller takes a bot that quiet for done (bench turns' caller speaks 0.7-0.9 s in).
     resume_after_words_ms: int = 600
+    # A caller who goes on after a pause the bot took for their turn's end (before its
+    # reply was heard, or cutting into the reply's first `continuation_heard_ms`: too
+    # soon to be answering its words) has shown how long they pause. Their next turn
+    # carries on from the answered one (a reader's pauses stay a reader's), and from
+    # then on no statement is answered before that pause and `patience_margin_ms` more,
+    # up to `patience_max_ms`. Questions stay quick. A reader cut into kept being talked
+    # over: "...ring the bell | twice, because..." was answered in both pauses.
+    continuation_heard_ms: int = 600
+    continuation_max_pause_ms: int = 2000
+    patience_margin_ms: int = 250
+    patience_max_ms: int = 1500
     echo_margin_db: float = 12.0
     # An interruption stands this far above the call's background (babble, a TV): the
     # background's own bursts, which speech detection may also call speech, never stop
@@ -315,6 +327,16 @@ class Overlap:
         return self.loud >= hold_at and self.loud * 3 >= position - self.start
 
 
+@dataclass(frozen=True, slots=True)
+class _Said:
+    """What a caller turn amounted to, for the turn that carries on from it."""
+
+    end: int  # where its speech ended
+    sentences: int
+    length_s: float
+    announced: bool  # "let me finish": more is coming
+
+
 class RecentFrames:
     """The last few frames: what a speech onset the detector reports late looked like."""
 
@@ -356,12 +378,18 @@ class TurnEngine:
         # of this many ms.
         self._resume_after: int | None = None
         self._resume_wait_ms = config.resume_min_silence_ms
+        self._answered: _Said | None = None  # the caller turn the bot is answering
+        self._heard_from: int | None = None  # where the reply reached the caller's ear
+        self._continues: _Said | None = None  # the answered turn an overlap may go on
+        self._carried: _Said | None = None  # the answered turn this turn goes on from
+        self._patience_ms = 0  # the caller's longest pause the bot answered into, and more
 
     # --- facts from the driver -----------------------------------------------------------
 
     def reply_started(self) -> None:
         """A reply (answer, greeting, reprompt...) is under way."""
         self._bot_busy = True
+        self._heard_from = None
         if self.state in (TurnState.LISTENING, TurnState.CALLER):
             self._to(TurnState.REPLYING)
 
@@ -378,6 +406,7 @@ class TurnEngine:
     def caller_reset(self) -> None:
         """The caller's input was answered some other way (keypad): forget the utterance."""
         self._drop_utterance()
+        self._answered = None
         if self.state in (TurnState.CALLER, TurnState.OVERLAP):
             self._to(TurnState.LISTENING)
 
@@ -389,6 +418,8 @@ class TurnEngine:
         # `frame.bot_audible` was measured before this frame's decisions: a bot resumed
         # in this frame is not audible in it yet, and is not played out by that.
         state_before = self.state
+        if frame.bot_audible and self._heard_from is None and self.state is TurnState.BOT:
+            self._heard_from = frame.end - frame.samples
         for event in frame.events:
             if isinstance(event, SpeechStarted):
                 self._on_start(event.sample, frame, out)
@@ -408,6 +439,7 @@ class TurnEngine:
         ):
             # The reply played out, or failed with nothing said.
             self._committed = False
+            self._answered = None
             self._to(TurnState.LISTENING)
         elif self.state is TurnState.CALLER and self.speaking:
             self._check_length_cap(out)
@@ -434,12 +466,16 @@ class TurnEngine:
                 # dropped, and this is a new turn).
                 if not self._committed:
                     self._begin_utterance(sample)
+                elif self._answered is not None:
+                    self._learn_pause(sample - self._answered.end)
+                self._answered = None
                 out.append(Reopen(start=self._utterance_start, restore=self._committed))
                 self._committed = False
                 self._to(TurnState.CALLER)
             case TurnState.BOT:
                 self._overlap = Overlap(start=sample)
                 self._overlap.count_from_onset(self._recent, self.cfg)
+                self._continues = self._continuation(sample)
                 self._begin_utterance(sample)
                 self._to(TurnState.OVERLAP)
             case TurnState.OVERLAP | TurnState.HELD:
@@ -501,6 +537,7 @@ class TurnEngine:
     def _interrupt(self, reason: str, out: list[Decision]) -> None:
         """A real interruption: the bot's turn ends; the caller's goes on."""
         out.append(Clear(reason=reason))
+        onset = None if self._overlap is None else self._overlap.start
         self._overlap = None
         self._resume_after = None
         self._bot_busy = False
@@ -508,13 +545,37 @@ class TurnEngine:
         # actually..."), which need not be words we know: under babble Whisper made "No
         # way." of "No wait," and the bot answered it as a short answer into the pause.
         self._cut_in = True
+        if self._continues is not None and onset is not None:
+            self._carried = self._continues
+            self._learn_pause(onset - self._continues.end)
+        self._continues = None
+        self._answered = None
         self._to(TurnState.CALLER)
         idle = self._evaluating is None and self._result is None
         if not self.speaking and self._speech_end is not None and idle:
             self._evaluate(self._speech_end, out)
 
+    def _continuation(self, onset: int) -> _Said | None:
+        """The answered turn that speech starting at `onset` over the reply may go on:
+        the caller resumed too soon after their pause to be answering the reply."""
+        answered = self._answered
+        if answered is None or onset - answered.end > _samples(self.cfg.continuation_max_pause_ms):
+            return None
+        heard = 0 if self._heard_from is None else onset - self._heard_from
+        return answered if heard <= _samples(self.cfg.continuation_heard_ms) else None
+
+    def _learn_pause(self, pause: int) -> None:
+        """The caller went on after a pause this long: wait that out from now on."""
+        cfg = self.cfg
+        pause_ms = _ms(pause)
+        wait_ms = min(pause_ms + cfg.patience_margin_ms, cfg.patience_max_ms)
+        if pause_ms <= cfg.continuation_max_pause_ms and wait_ms > self._patience_ms:
+            self._patience_ms = wait_ms
+            self._emit(PatienceRaised(pause_ms=pause_ms, wait_ms=wait_ms))
+
     def _end_overlap(self, state: TurnState) -> None:
         self._overlap = None
+        self._continues = None
         self._resume_after = None
         self._drop_utterance()
         self._to(state)
@@ -638,10 +699,12 @@ class TurnEngine:
         )
         speech_ms = _ms(self._speech_in_turn)
         start, end = self._utterance_start, result.end
+        said = self._said(result.text, end)
         self._drop_utterance()
         heard = result.hearing is Hearing.HEARD
         if heard and result.text.strip():
             text = result.text.strip()
+            self._answered = said
             out.append(
                 Answer(
                     text=text,
@@ -680,16 +743,19 @@ class TurnEngine:
             if run_s >= cfg.hard_max_utterance_s:
                 return True
             return sure or (sounds_finished(text) and not unfinished)
-        length_s = (result.end - self._utterance_start) / RATE
-        said = len(sentences(text))
-        announced = announces_more(text)
+        turn = self._said(text, result.end)
+        length_s, said, announced = turn.length_s, turn.sentences, turn.announced
         reading = announced or (said >= cfg.reading_sentences and length_s >= cfg.long_turn_s)
         if reading:
             # A reader's sentence opening like a question is mostly their text ("Is it
             # open..." read out) or Whisper's fragment across a pause: under babble, "are
             # clean wager and to lemonade." (for "...and two lemonades.") was answered in
-            # 240 ms, mid-reading. A reader asking says it with a rise: Whisper's "?".
-            question = text.rstrip().endswith("?") and not unfinished
+            # 240 ms, mid-reading. A reader asking says it with a rise: Whisper's "?", on
+            # a question of a few words (Whisper base heard "...ring the bell twice" as
+            # "...ring the bell. Why?" under babble) or one Smart Turn is sure of.
+            last = sentences(text)[-1] if text.strip() else ""
+            worded = len(last.split()) >= 3 or sure
+            question = last.endswith("?") and worded and not unfinished
         else:
             question = (asks_a_question(text) or makes_a_request(text)) and not unfinished
         # How long a pause ends the turn, by what the words say. Smart Turn scores flat
@@ -736,7 +802,27 @@ class TurnEngine:
             wait = max(wait, floor)
         if announced and not question:
             wait = max(wait, cfg.reading_min_silence_ms)  # "...so please let me finish."
+        if not question and wait >= cfg.statement_min_silence_ms:
+            wait = max(wait, self._patience_ms)
         return silence_ms >= wait
+
+    def _said(self, text: str, end: int) -> _Said:
+        """The caller's turn up to `end`, with the answered turn it carries on from."""
+        own = _Said(
+            end=end,
+            sentences=len(sentences(text)),
+            length_s=(end - self._utterance_start) / RATE,
+            announced=announces_more(text),
+        )
+        before = self._carried
+        if before is None:
+            return own
+        return _Said(
+            end=end,
+            sentences=before.sentences + own.sentences,
+            length_s=before.length_s + own.length_s,
+            announced=before.announced or own.announced,
+        )
 
     def _evaluate(self, end: int, out: list[Decision]) -> None:
         self._evaluating = Evaluate(self._utterance_start, end, speech_ms=_ms(self._speech_in_turn))
@@ -754,6 +840,7 @@ class TurnEngine:
     def _begin_utterance(self, speech_start: int) -> None:
         self._utterance_start = max(0, speech_start - _samples(self.cfg.preroll_ms))
         self._cut_in = False  # the turn took the floor from the bot
+        self._carried = None
         self._speech_in_turn = 0
         self._next_cap_check = 0
         self._speech_end = None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from agents.events import Backchannel, EchoIgnored, NotSpeech, TurnCapped
+from agents.events import Backchannel, EchoIgnored, NotSpeech, PatienceRaised, TurnCapped
 from agents.turns.engine import (
     Answer,
     Clear,
@@ -104,6 +104,17 @@ def interruption_stops_fast(onset_ms: int) -> Callable[[Outcome], None]:
         assert out.of(Answer)[-1].text == "No wait, Saturday."
 
     return check
+
+
+def patience_raised_once(out: Outcome, *, pause_ms: int) -> bool:
+    """The engine learnt the caller's pause once, to a frame or two (the duplex backend
+    sees the caller in 200 ms units, its speech windows in 32 ms steps)."""
+    raised = [e for _, e in out.events if isinstance(e, PatienceRaised)]
+    return (
+        len(raised) == 1
+        and abs(raised[0].pause_ms - pause_ms) <= 40
+        and raised[0].wait_ms == raised[0].pause_ms + TurnTaking().patience_margin_ms
+    )
 
 
 QUESTION = "What time do you open tomorrow?"
@@ -557,6 +568,105 @@ CASES = [
         ),
         bot=Bot(latency_ms=600),
         duplex=False,
+    ),
+    Case(
+        "a reader's one-word question at the end of a sentence is no question",
+        # Under babble Whisper base heard "...ring the bell | twice, because..." as
+        # "...ring the bell. Why?", and the bot answered 260 ms into the reader's pause.
+        [Say(6000), Quiet(700), Say(2000)],
+        [
+            Hears(6100, "I'm reading my order. Two pizzas. Please ring the bell. Why?", 0.44),
+            Hears(99_000, "I'm reading my order. Two pizzas. Ring twice, it is broken.", 0.44),
+        ],
+        never_answered_before(
+            6000 + 700 + 2000, "I'm reading my order. Two pizzas. Ring twice, it is broken."
+        ),
+    ),
+    Case(
+        "a caller who went on after the bot answered into their pause is waited for after",
+        # Bench turns, babble: "a table for | six people" came back "a table 4." and was
+        # answered 700 ms into a 1.2 s pause; the caller went on over the reply's first
+        # half second. A caller pausing that long once does it again.
+        [Say(1500), Quiet(1100), Say(1500), Quiet(1200), Say(1000)],
+        [
+            Hears(1600, "I'd like to book a table for you.", 0.9),
+            Hears(4200, "Six people next Tuesday.", 0.9),
+            Hears(99_000, "Six people next Tuesday. At noon, please.", 0.9),
+        ],
+        lambda out: (
+            (
+                [a.text for a in out.of(Answer)]
+                == [
+                    "I'd like to book a table for you.",
+                    "Six people next Tuesday. At noon, please.",
+                ]
+                and out.of(Clear)
+                and patience_raised_once(out, pause_ms=1100)
+            )
+            or pytest.fail(str(out.decisions))
+        ),
+    ),
+    Case(
+        "a caller who went on before the reply was heard is waited for after",
+        [Say(1500), Quiet(900), Say(1500), Quiet(1000), Say(1000)],
+        [
+            Hears(1600, "I'd like to book a table for you.", 0.9),
+            Hears(4000, "I'd like to book a table for you. Six people.", 0.9),
+            Hears(99_000, "I'd like to book a table for you. Six people. At noon.", 0.9),
+        ],
+        lambda out: (
+            (
+                [a.text for a in out.of(Answer)]
+                == [
+                    "I'd like to book a table for you.",
+                    "I'd like to book a table for you. Six people. At noon.",
+                ]
+                and [r.restore for r in out.of(Reopen)] == [True]
+            )
+            or pytest.fail(str(out.decisions))
+        ),
+        bot=Bot(latency_ms=600),
+        duplex=False,
+    ),
+    Case(
+        "a caller who answers the reply is not taken for one who paused",
+        # Onset a second into the reply: they heard it. Their next statement is
+        # answered after the usual pause.
+        [Say(1500), Quiet(2000), Say(1500), Quiet(1500)],
+        [
+            Hears(1600, "I'd like to book a table for you.", 0.9),
+            Hears(99_000, "No, for Saturday instead.", 0.9),
+        ],
+        lambda out: (
+            (
+                [a.text for a in out.of(Answer)]
+                == ["I'd like to book a table for you.", "No, for Saturday instead."]
+                and not [e for _, e in out.events if isinstance(e, PatienceRaised)]
+                and out.at(Answer)[1] <= 1500 + 2000 + 1500 + 700 + 200
+            )
+            or pytest.fail(str(out.decisions))
+        ),
+    ),
+    Case(
+        "a reader the bot answered into a pause is still a reader when they go on",
+        # Piper reading an order under babble: answered in a pause, cut in on at once;
+        # the rest ("Because the first one is broken.") was answered as a turn of its
+        # own in the reader's next pause.
+        [Say(6000), Quiet(1300), Say(2000), Quiet(900), Say(2000)],
+        [
+            Hears(6100, "I'm reading my order. Two pizzas. Please ring the bell.", 0.44),
+            Hears(9400, "Because the first one is broken.", 0.9),
+            Hears(99_000, "Because the first one is broken. That's the order.", 0.9),
+        ],
+        lambda out: (
+            (
+                [a.text for a in out.of(Answer)][-1]
+                == "Because the first one is broken. That's the order."
+                and len(out.of(Answer)) == 2
+            )
+            or pytest.fail(str(out.decisions))
+        ),
+        bot=Bot(latency_ms=50),
     ),
 ]
 

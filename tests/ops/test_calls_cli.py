@@ -17,6 +17,7 @@ from agents.events import (
     Error,
     Fallback,
     Hold,
+    PatienceRaised,
     ReplyCancelled,
     Reprompt,
     Resume,
@@ -267,6 +268,7 @@ def test_show_lists_what_went_wrong_or_was_cut_short(
         (4100.0, TurnCapped(speech_ms=15000)),
         (4200.0, Fallback(source="duplex", target="cascade", reason="worker lost")),
         (4300.0, Hold(turn_id=4, heard="Sure, I")),  # the call ended while it held
+        (4400.0, PatienceRaised(pause_ms=1236, wait_ms=1486)),
     )
 
     assert calls(data_dir, "show", "CAold") == 0
@@ -281,6 +283,8 @@ def test_show_lists_what_went_wrong_or_was_cut_short(
     assert '{"from": "duplex", "reason": "worker lost", "to": "cascade"}' in fallback
     [hold] = _rows(out, "hold")
     assert "bot held turn 4 for the caller and never resumed; heard: 'Sure, I'" in hold
+    [patience] = _rows(out, "patience_raised")
+    assert "bot answered into a 1236 ms pause; statements now wait 1486 ms" in patience
 
 
 def test_show_leaves_out_holds_that_resumed_and_everyday_turn_taking(
