@@ -565,11 +565,13 @@ class TurnEngine:
         return answered if heard <= _samples(self.cfg.continuation_heard_ms) else None
 
     def _learn_pause(self, pause: int) -> None:
-        """The caller went on after a pause this long: wait that out from now on."""
+        """The caller went on after a pause this long: wait that out from now on (a
+        comma's pause, under a statement's usual wait, changes nothing)."""
         cfg = self.cfg
         pause_ms = _ms(pause)
         wait_ms = min(pause_ms + cfg.patience_margin_ms, cfg.patience_max_ms)
-        if pause_ms <= cfg.continuation_max_pause_ms and wait_ms > self._patience_ms:
+        longer = wait_ms > max(self._patience_ms, cfg.statement_min_silence_ms)
+        if pause_ms <= cfg.continuation_max_pause_ms and longer:
             self._patience_ms = wait_ms
             self._emit(PatienceRaised(pause_ms=pause_ms, wait_ms=wait_ms))
 

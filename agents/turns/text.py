@@ -183,11 +183,16 @@ _FLOOR_CLAIMS = re.compile(
 
 # Thanks on their own lead on: "Thanks, | that's all. Bye!", "Thank you, | one more thing".
 _THANKS = re.compile(r"^(?:(?:thanks|thank you|cheers)(?: (?:so|very) much| a lot)?\s*)+$")
+# A hedge on its own opens a sentence; no one answers with it. Whisper made "I think." of
+# "Thanks," (echo line, Smart Turn 0.66) and the bot spoke into "| that's all. Bye!".
+_OPENERS = re.compile(
+    r"^(?:(?:oh|well|so|um|uh) )*(?:i think|i mean|i guess|i suppose|you know|well|so)$"
+)
 
 
 def claims_the_floor(text: str) -> bool:
     """Words that open a turn rather than make one: "No wait.", "Hold on.", "Actually.",
-    and thanks on their own ("Thanks.", before "that's all, bye").
+    thanks on their own ("Thanks.", before "that's all, bye") and hedges ("I think.").
 
     Whisper closes them with a full stop at the comma pause after them, and Smart Turn
     is sure of them (0.98 on "No wait.", 0.96 on "Thanks." in bench turns): answered as
@@ -197,7 +202,9 @@ def claims_the_floor(text: str) -> bool:
     if not 0 < len(words) <= 4:
         return False
     joined = " ".join(words)
-    return _FLOOR_CLAIMS.search(joined) is not None or _THANKS.match(joined) is not None
+    if _FLOOR_CLAIMS.search(joined) is not None:
+        return True
+    return _THANKS.match(joined) is not None or _OPENERS.match(joined) is not None
 
 
 # A caller saying that more is coming: "I'm going to read you my whole order, so please

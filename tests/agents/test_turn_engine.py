@@ -570,6 +570,14 @@ CASES = [
         duplex=False,
     ),
     Case(
+        "a hedge heard in a comma's pause is not answered as a short answer",
+        # Echo line: "Thanks, | that's all. Bye!" came back "I think." (Smart Turn 0.66)
+        # and was answered 230 ms into the 320 ms comma pause.
+        [Say(600), Quiet(320), Say(1200)],
+        [Hears(700, "I think.", 0.66), Hears(99_000, "Thanks, that's all. Bye.", 0.3)],
+        never_answered_before(600 + 320 + 1200, "Thanks, that's all. Bye."),
+    ),
+    Case(
         "a reader's one-word question at the end of a sentence is no question",
         # Under babble Whisper base heard "...ring the bell | twice, because..." as
         # "...ring the bell. Why?", and the bot answered 260 ms into the reader's pause.

@@ -163,6 +163,9 @@ def test_finished_words_do_not_look_unfinished(text: str) -> None:
         "One moment.",
         "Thanks.",
         "Thank you so much.",
+        "I think.",  # Whisper's "Thanks," on the echo line
+        "Well, I mean.",
+        "So.",
     ],
 )
 def test_words_that_open_a_turn_claim_the_floor(text: str) -> None:
@@ -175,6 +178,7 @@ def test_words_that_open_a_turn_claim_the_floor(text: str) -> None:
         "Yes.",
         "Friday evening.",
         "No, Saturday.",
+        "I think so.",
         "Thanks, bye.",  # a farewell, answered at once
         # Said whole, it is a turn of its own, not an opening.
         "No wait, actually I meant Saturday, can you check?",
