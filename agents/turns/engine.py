@@ -16,6 +16,7 @@ interruption: the rest is dropped and the caller has the turn.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -335,6 +336,7 @@ class _Said:
     sentences: int
     length_s: float
     announced: bool  # "let me finish": more is coming
+    at: int = 0  # where it was answered
 
 
 class RecentFrames:
@@ -379,7 +381,10 @@ class TurnEngine:
         self._resume_after: int | None = None
         self._resume_wait_ms = config.resume_min_silence_ms
         self._answered: _Said | None = None  # the caller turn the bot is answering
-        self._heard_from: int | None = None  # where the reply reached the caller's ear
+        # Samples of the answering reply audible so far (as the playout clock has it:
+        # from when Twilio has it to play), holds excluded.
+        self._heard = 0
+        self._resumed_at: int | None = None  # the caller's first speech over that reply
         self._continues: _Said | None = None  # the answered turn an overlap may go on
         self._carried: _Said | None = None  # the answered turn this turn goes on from
         self._patience_ms = 0  # the caller's longest pause the bot answered into, and more
@@ -389,7 +394,6 @@ class TurnEngine:
     def reply_started(self) -> None:
         """A reply (answer, greeting, reprompt...) is under way."""
         self._bot_busy = True
-        self._heard_from = None
         if self.state in (TurnState.LISTENING, TurnState.CALLER):
             self._to(TurnState.REPLYING)
 
@@ -418,8 +422,8 @@ class TurnEngine:
         # `frame.bot_audible` was measured before this frame's decisions: a bot resumed
         # in this frame is not audible in it yet, and is not played out by that.
         state_before = self.state
-        if frame.bot_audible and self._heard_from is None and self.state is TurnState.BOT:
-            self._heard_from = frame.end - frame.samples
+        if frame.bot_audible and self._answered is not None:
+            self._heard += frame.samples
         for event in frame.events:
             if isinstance(event, SpeechStarted):
                 self._on_start(event.sample, frame, out)
@@ -466,7 +470,8 @@ class TurnEngine:
                 # dropped, and this is a new turn).
                 if not self._committed:
                     self._begin_utterance(sample)
-                elif self._answered is not None:
+                elif self._answered is not None and self._soon_after_answer(sample):
+                    # (not a caller prompting a slow reply: "Hello?" 1.8 s on)
                     self._learn_pause(sample - self._answered.end)
                 self._answered = None
                 out.append(Reopen(start=self._utterance_start, restore=self._committed))
@@ -475,7 +480,7 @@ class TurnEngine:
             case TurnState.BOT:
                 self._overlap = Overlap(start=sample)
                 self._overlap.count_from_onset(self._recent, self.cfg)
-                self._continues = self._continuation(sample)
+                self._continues = self._continuation(sample, frame)
                 self._begin_utterance(sample)
                 self._to(TurnState.OVERLAP)
             case TurnState.OVERLAP | TurnState.HELD:
@@ -519,6 +524,7 @@ class TurnEngine:
                 # the bot's own echo runs past its end, and is not).
                 if overlap.loud * 3 >= overlap.over_bot and self.speaking:
                     self._overlap = None
+                    self._carry_on(overlap.start)
                     self._to(TurnState.CALLER)
                 return
             overlap.count(frame, self.speaking, self.cfg)
@@ -545,24 +551,46 @@ class TurnEngine:
         # actually..."), which need not be words we know: under babble Whisper made "No
         # way." of "No wait," and the bot answered it as a short answer into the pause.
         self._cut_in = True
-        if self._continues is not None and onset is not None:
-            self._carried = self._continues
-            self._learn_pause(onset - self._continues.end)
-        self._continues = None
-        self._answered = None
+        if onset is not None:
+            self._carry_on(onset)
         self._to(TurnState.CALLER)
         idle = self._evaluating is None and self._result is None
         if not self.speaking and self._speech_end is not None and idle:
             self._evaluate(self._speech_end, out)
 
-    def _continuation(self, onset: int) -> _Said | None:
+    def _continuation(self, onset: int, frame: Frame) -> _Said | None:
         """The answered turn that speech starting at `onset` over the reply may go on:
-        the caller resumed too soon after their pause to be answering the reply."""
+        the caller resumed too soon after their pause to be answering the reply (counted
+        in reply audio they heard, so a hold on "twice," and a resume before "because..."
+        do not use the window up)."""
         answered = self._answered
-        if answered is None or onset - answered.end > _samples(self.cfg.continuation_max_pause_ms):
+        if answered is None:
             return None
-        heard = 0 if self._heard_from is None else onset - self._heard_from
+        if self._resumed_at is None:
+            self._resumed_at = onset
+        if self._resumed_at - answered.end > _samples(self.cfg.continuation_max_pause_ms):
+            return None
+        since_onset = sum(
+            f.samples
+            for f in (*self._recent, frame)
+            if f.bot_audible and f.end - f.samples >= onset
+        )
+        heard = self._heard - since_onset
         return answered if heard <= _samples(self.cfg.continuation_heard_ms) else None
+
+    def _soon_after_answer(self, onset: int) -> bool:
+        answered = self._answered
+        assert answered is not None
+        return onset - answered.at <= _samples(self.cfg.continuation_heard_ms)
+
+    def _carry_on(self, onset: int) -> None:
+        """The caller took the floor with speech that began at `onset`: if it went on
+        from the answered turn, carry that turn and learn the pause."""
+        if self._continues is not None:
+            self._carried = self._continues
+            self._learn_pause((self._resumed_at or onset) - self._continues.end)
+        self._continues = None
+        self._answered = None
 
     def _learn_pause(self, pause: int) -> None:
         """The caller went on after a pause this long: wait that out from now on (a
@@ -706,7 +734,9 @@ class TurnEngine:
         heard = result.hearing is Hearing.HEARD
         if heard and result.text.strip():
             text = result.text.strip()
-            self._answered = said
+            self._answered = dataclasses.replace(said, at=self.position)
+            self._heard = 0
+            self._resumed_at = None
             out.append(
                 Answer(
                     text=text,

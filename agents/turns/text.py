@@ -183,10 +183,11 @@ _FLOOR_CLAIMS = re.compile(
 
 # Thanks on their own lead on: "Thanks, | that's all. Bye!", "Thank you, | one more thing".
 _THANKS = re.compile(r"^(?:(?:thanks|thank you|cheers)(?: (?:so|very) much| a lot)?\s*)+$")
-# A hedge on its own opens a sentence; no one answers with it. Whisper made "I think." of
-# "Thanks," (echo line, Smart Turn 0.66) and the bot spoke into "| that's all. Bye!".
+# A hedge on its own opens a sentence; no one answers with it ("I guess." can be one).
+# Whisper made "I think." of "Thanks," (echo line, Smart Turn 0.66) and the bot spoke
+# into "| that's all. Bye!".
 _OPENERS = re.compile(
-    r"^(?:(?:oh|well|so|um|uh) )*(?:i think|i mean|i guess|i suppose|you know|well|so)$"
+    r"^(?:(?:oh|well|so|um|uh) )*(?:i think|i mean|you know|well|so)$"
 )
 
 

@@ -52,6 +52,7 @@ class Case:
     # The duplex backend has no caller levels (the gateway gated them), no echo canceller
     # state, and answers in the same unit it decides: cases about those are the engine's.
     duplex: bool = True
+    config: TurnTaking | None = None
 
 
 def answered_once(text: str, *, after_ms: int, within_ms: int) -> Callable[[Outcome], None]:
@@ -110,10 +111,12 @@ def patience_raised_once(out: Outcome, *, pause_ms: int) -> bool:
     """The engine learnt the caller's pause once, to a frame or two (the duplex backend
     sees the caller in 200 ms units, its speech windows in 32 ms steps)."""
     raised = [e for _, e in out.events if isinstance(e, PatienceRaised)]
+    cfg = TurnTaking()
     return (
         len(raised) == 1
         and abs(raised[0].pause_ms - pause_ms) <= 40
-        and raised[0].wait_ms == raised[0].pause_ms + TurnTaking().patience_margin_ms
+        and raised[0].wait_ms
+        == min(raised[0].pause_ms + cfg.patience_margin_ms, cfg.patience_max_ms)
     )
 
 
@@ -630,10 +633,54 @@ CASES = [
                     "I'd like to book a table for you. Six people. At noon.",
                 ]
                 and [r.restore for r in out.of(Reopen)] == [True]
+                and patience_raised_once(out, pause_ms=900)
             )
             or pytest.fail(str(out.decisions))
         ),
         bot=Bot(latency_ms=600),
+        duplex=False,
+    ),
+    Case(
+        "a caller prompting a slow reply is not taken for one who paused",
+        # "Hello?" 1.8 s after their turn, the reply not heard yet: the bot was slow.
+        [Say(1500), Quiet(1800), Say(500), Quiet(3000)],
+        [
+            Hears(1600, "I'd like to book a table for you.", 0.9),
+            Hears(99_000, "I'd like to book a table for you. Hello?", 0.9),
+        ],
+        lambda out: (
+            (
+                [r.restore for r in out.of(Reopen)] == [True]
+                and not [e for _, e in out.events if isinstance(e, PatienceRaised)]
+            )
+            or pytest.fail(str(out.decisions))
+        ),
+        bot=Bot(latency_ms=2500),
+        duplex=False,
+    ),
+    Case(
+        "a reader held on a word of theirs and resumed is still going on when they go on",
+        # "...ring the bell | twice, | because the first one is broken": "Twice." over
+        # the reply's first words is judged a backchannel and the bot resumes; the
+        # reply audio heard, not the time since it began, says they were not answering.
+        [Say(6000), Quiet(1300), Say(400), Quiet(700), Say(2000), Quiet(900), Say(2000)],
+        [
+            Hears(6100, "I'm reading my order. Two pizzas. Please ring the bell.", 0.44),
+            Hears(7800, "Twice.", 0.9),
+            Hears(10_500, "Because the first one is broken.", 0.9),
+            Hears(99_000, "Because the first one is broken. That's the order.", 0.9),
+        ],
+        lambda out: (
+            (
+                [a.text for a in out.of(Answer)][-1]
+                == "Because the first one is broken. That's the order."
+                and len(out.of(Answer)) == 2
+                and out.of(Resume)
+                and patience_raised_once(out, pause_ms=1300)
+            )
+            or pytest.fail(str(out.decisions))
+        ),
+        bot=Bot(latency_ms=50),
         duplex=False,
     ),
     Case(
@@ -675,13 +722,16 @@ CASES = [
             or pytest.fail(str(out.decisions))
         ),
         bot=Bot(latency_ms=50),
+        config=TurnTaking(patience_max_ms=0),  # the carried reading alone
     ),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_the_engine(case: Case) -> None:
-    out = run(case.script, case.hears, bot=case.bot, echo_settled=case.echo_settled)
+    out = run(
+        case.script, case.hears, config=case.config, bot=case.bot, echo_settled=case.echo_settled
+    )
     case.check(out)
 
 
@@ -690,7 +740,7 @@ def test_the_engine(case: Case) -> None:
 )
 async def test_the_duplex_cascade_backend(case: Case) -> None:
     """The same table through CascadeDuplexBackend: the same decisions, unit by unit."""
-    case.check(await run_duplex(case.script, case.hears, bot=case.bot))
+    case.check(await run_duplex(case.script, case.hears, config=case.config, bot=case.bot))
 
 
 def test_a_turn_with_no_pause_is_judged_at_its_cap_and_answered_at_the_hard_cap() -> None:
