@@ -80,8 +80,11 @@ class TurnTaking:
     min_silence_ms: int = 200  # a finished-sounding turn is answered after this pause
     max_silence_ms: int = 1000  # ...and any turn after this one
     # A turn whose words stop where a sentence cannot ("a table for", "and...") is given
-    # this long: people pause mid-sentence for up to ~1.5 s to think or read.
-    unfinished_max_silence_ms: int = 2000
+    # this long: people pause mid-sentence for up to ~1.5 s to think or read. No longer:
+    # a finished turn Whisper mishears as unfinished (espeak's "Thanks, that's all.
+    # Bye!" as "...now I'll buy...", "and met all by") then still gets its reply inside
+    # 2 s; at 2 s every such turn was dead air (1 in 3 bench turns runs).
+    unfinished_max_silence_ms: int = 1700
     # A statement (not a question) waits this long: a sentence can be the first of
     # several...
     statement_min_silence_ms: int = 700

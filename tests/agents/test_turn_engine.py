@@ -194,7 +194,11 @@ CASES = [
         "a caller who trails off is still answered, after the longer wait",
         [Say(1500)],
         [Hears(10_000, "I'd like to book a table for", probability=0.05)],
-        answered_once("I'd like to book a table for", after_ms=1500 + 2000, within_ms=300),
+        answered_once(
+            "I'd like to book a table for",
+            after_ms=1500 + TurnTaking().unfinished_max_silence_ms,
+            within_ms=300,
+        ),
     ),
     Case(
         "a word Whisper trails off after, said in a voice that sounded done, is answered",
@@ -207,7 +211,9 @@ CASES = [
         "a trailing off Smart Turn is unsure of gets the longer wait",
         [Say(600)],
         [Hears(10_000, "Weather...", probability=0.2)],
-        answered_once("Weather...", after_ms=600 + 2000, within_ms=300),
+        answered_once(
+            "Weather...", after_ms=600 + TurnTaking().unfinished_max_silence_ms, within_ms=300
+        ),
     ),
     Case(
         "someone reading aloud is not answered in the pauses between sentences",
