@@ -186,9 +186,7 @@ _THANKS = re.compile(r"^(?:(?:thanks|thank you|cheers)(?: (?:so|very) much| a lo
 # A hedge on its own opens a sentence; no one answers with it ("I guess." can be one).
 # Whisper made "I think." of "Thanks," (echo line, Smart Turn 0.66) and the bot spoke
 # into "| that's all. Bye!".
-_OPENERS = re.compile(
-    r"^(?:(?:oh|well|so|um|uh) )*(?:i think|i mean|you know|well|so)$"
-)
+_OPENERS = re.compile(r"^(?:(?:oh|well|so|um|uh) )*(?:i think|i mean|you know|well|so)$")
 
 
 def claims_the_floor(text: str) -> bool:

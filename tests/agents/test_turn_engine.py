@@ -600,6 +600,27 @@ CASES = [
         ),
     ),
     Case(
+        "a reader's sentence with a one-word question tacked on is no question",
+        [Say(6000), Quiet(700), Say(2000)],
+        [
+            Hears(6100, "I'm reading my order. Two pizzas. Please ring the bell, why?", 0.3),
+            Hears(99_000, "I'm reading my order. Two pizzas. Ring twice, it is broken.", 0.3),
+        ],
+        never_answered_before(
+            6000 + 700 + 2000, "I'm reading my order. Two pizzas. Ring twice, it is broken."
+        ),
+    ),
+    Case(
+        "a reader's question after a comma is answered fast",
+        [Say(6000)],
+        [Hears(99_000, "I'm reading my order. Two pizzas. That's all, can you read it?", 0.3)],
+        answered_once(
+            "I'm reading my order. Two pizzas. That's all, can you read it?",
+            after_ms=6000,
+            within_ms=400,
+        ),
+    ),
+    Case(
         "a caller who went on after the bot answered into their pause is waited for after",
         # Bench turns, babble: "a table for | six people" came back "a table 4." and was
         # answered 700 ms into a 1.2 s pause; the caller went on over the reply's first
