@@ -94,17 +94,6 @@ _LATENCY_KEYS: Final = (
 # Timeline events `show` lists after the turns: what went wrong or was cut short. A Hold
 # is one only while nothing resolved it (see `incidents`); the rest always are. Yellow:
 # the call went on as designed, cut short; red: something failed.
-_INCIDENTS: Final[tuple[type[CallEvent], ...]] = (
-    BargeIn,
-    Clear,
-    Hold,
-    Reprompt,
-    TurnCapped,
-    PatienceRaised,
-    Error,
-    ProtocolErrorEvent,
-    Fallback,
-)
 _CUT_SHORT: Final[tuple[type[CallEvent], ...]] = (
     BargeIn,
     Clear,
@@ -112,6 +101,12 @@ _CUT_SHORT: Final[tuple[type[CallEvent], ...]] = (
     Reprompt,
     TurnCapped,
     PatienceRaised,
+)
+_INCIDENTS: Final[tuple[type[CallEvent], ...]] = (
+    *_CUT_SHORT,
+    Error,
+    ProtocolErrorEvent,
+    Fallback,
 )
 
 Transcribe = Callable[[np.ndarray], str]
