@@ -316,6 +316,8 @@ class CascadeAgent:
             bot_level_db=self.playback.reference_level_db() if over_bot else -120.0,
         )
         await self._apply(engine.frame(frame))
+        if self._draft is None and engine.state is TurnState.CALLER and not engine.speaking:
+            self._maybe_draft()  # a hanging turn's words become worth a draft mid-wait
         self._audio.keep_from(self._keep_from())
         self._check_silence()
 

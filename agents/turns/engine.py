@@ -85,6 +85,10 @@ class TurnTaking:
     # Bye!" as "...now I'll buy...", "and met all by") then still gets its reply inside
     # 2 s; at 2 s every such turn was dead air (1 in 3 bench turns runs).
     unfinished_max_silence_ms: int = 1700
+    # ...and its reply is drafted from this far into that wait: should the wait run
+    # out, the first clause is written and spoken by then (first token ~0.3 s, Piper's
+    # first clause ~0.35 s), and the hanging turn is not 2.4 s of dead air.
+    unfinished_draft_after_ms: int = 900
     # A statement (not a question) waits this long: a sentence can be the first of
     # several...
     statement_min_silence_ms: int = 700
@@ -892,14 +896,19 @@ class TurnEngine:
     def pending_answer(self) -> str | None:
         """The words the caller's turn will be answered with if they stay quiet, while
         the engine waits out the pause (a statement's, a long turn's): what a reply can
-        be drafted from. None when the words stop where a sentence cannot."""
+        be drafted from. Words that stop where a sentence cannot only late in the wait."""
         result = self._result
         if result is None or self.state is not TurnState.CALLER or self.speaking:
             return None
         text = result.text.strip()
         if result.capped or result.hearing is not Hearing.HEARD or not text:
             return None
-        return None if looks_unfinished(text) else text
+        if looks_unfinished(text):
+            # Mostly the caller goes on, but a turn misheard as hanging is answered
+            # when its long wait runs out: late in the wait, it is worth the draft.
+            if _ms(self.position - result.end) < self.cfg.unfinished_draft_after_ms:
+                return None
+        return text
 
     @property
     def utterance_start(self) -> int:

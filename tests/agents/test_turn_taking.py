@@ -444,11 +444,11 @@ async def test_no_draft_is_written_while_another_call_shares_the_llm_server() ->
         await session.pause(300)
         await session.evaluated()
         assert session.llm.prompts == []
-        session.agent.models.drafts.call_ended()
         await session.pause(STATEMENT_PAUSE_MS - 300)
         await session.bot_said(REPLY_TEXT)
         [first] = [data for name, data in session.events if name == "llm_first_token"]
         assert first["drafted"] is False
+        session.agent.models.drafts.call_ended()
 
 
 async def test_no_draft_is_written_for_words_that_stop_mid_sentence() -> None:
@@ -457,6 +457,27 @@ async def test_no_draft_is_written_for_words_that_stop_mid_sentence() -> None:
         await session.pause(600)
         await session.evaluated()
         assert session.llm.prompts == [], "half a sentence is not worth the model's time"
+
+
+async def test_words_that_stop_mid_sentence_are_drafted_late_in_their_long_wait() -> None:
+    # Mostly the caller goes on; but a finished turn misheard as hanging ("Thanks,
+    # that's all. Bye!" as "...now I'll buy") is answered when the wait runs out, and
+    # without a draft the model's first clause came 0.65 s after it: 2.4 s of dead air.
+    hanging = "Thanks, now I'll buy..."
+    cfg = TurnTaking()
+    async with call(stt=hearing(hanging), eot=end_of_turn(0.3)) as session:
+        await session.talk(1500)
+        await session.pause(cfg.unfinished_draft_after_ms - 40)
+        assert session.llm.prompts == [], "early in the wait the caller is thinking"
+        await session.pause(60)
+        await session.until(lambda: len(session.llm.prompts) == 1, "the draft")
+        assert session.caller_turns() == [], "drafted, not answered"
+        await session.pause(cfg.unfinished_max_silence_ms - cfg.unfinished_draft_after_ms)
+        await session.bot_said(REPLY_TEXT)
+        assert session.caller_turns() == [hanging]
+        assert len(session.llm.prompts) == 1, "the draft is the reply"
+        [first] = [data for name, data in session.events if name == "llm_first_token"]
+        assert first["drafted"] is True
 
 
 async def test_a_short_pause_mid_sentence_keeps_one_turn() -> None:
