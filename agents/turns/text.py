@@ -68,7 +68,8 @@ def looks_unfinished(text: str) -> bool:
         return False
     if words[-1] in _DANGLING and not stripped.endswith("?"):
         return True
-    return _clause_without_verb(_WORD.findall(sentences(stripped)[-1].lower()))
+    last = _WORD.findall(sentences(stripped)[-1].lower())
+    return _clause_without_verb(last) or _subject_without_verb(last)
 
 
 def only_trails_off(text: str) -> bool:
@@ -112,6 +113,19 @@ def _clause_without_verb(words: list[str]) -> bool:
     if at <= 0 or len(clause) < 2 or clause[0] not in _SUBJECT_STARTS:
         return False
     return not any(_verb_like(word) for word in clause)
+
+
+# A sentence that is only "my ..." and a noun or two is the subject of one to come:
+# "My account number | is 4 7 2..." came back "My count number." under babble (Smart
+# Turn 0.98) and was answered 200 ms into the caller's 1.2 s pause. Two words are a
+# sentence of their own ("My pleasure.", "My bad.").
+_POSSESSIVES = frozenset("my our".split())
+
+
+def _subject_without_verb(words: list[str]) -> bool:
+    if len(words) < 3 or words[0] not in _POSSESSIVES:
+        return False
+    return not any(_verb_like(word) for word in words)
 
 
 def _verb_like(word: str) -> bool:
@@ -187,11 +201,18 @@ _THANKS = re.compile(r"^(?:(?:thanks|thank you|cheers)(?: (?:so|very) much| a lo
 # Whisper made "I think." of "Thanks," (echo line, Smart Turn 0.66) and the bot spoke
 # into "| that's all. Bye!".
 _OPENERS = re.compile(r"^(?:(?:oh|well|so|um|uh) )*(?:i think|i mean|you know|well|so)$")
+# "That's all" closes what the caller wanted, and the goodbye mostly follows after a
+# sentence's pause: "Thanks, that's all. | Bye!" (Smart Turn 0.63 on the echo line) was
+# answered 200 ms into it, and the bot spoke over "Bye!".
+_CLOSINGS = re.compile(
+    r"^(?:(?:thanks|thank you|okay|ok|no|well|so)\s+)*(?:that's|that is) (?:all|it|everything)$"
+)
 
 
 def claims_the_floor(text: str) -> bool:
     """Words that open a turn rather than make one: "No wait.", "Hold on.", "Actually.",
-    thanks on their own ("Thanks.", before "that's all, bye") and hedges ("I think.").
+    thanks on their own ("Thanks.", before "that's all, bye"), hedges ("I think.") and
+    "that's all" (before the goodbye).
 
     Whisper closes them with a full stop at the comma pause after them, and Smart Turn
     is sure of them (0.98 on "No wait.", 0.96 on "Thanks." in bench turns): answered as
@@ -203,7 +224,7 @@ def claims_the_floor(text: str) -> bool:
     joined = " ".join(words)
     if _FLOOR_CLAIMS.search(joined) is not None:
         return True
-    return _THANKS.match(joined) is not None or _OPENERS.match(joined) is not None
+    return any(rule.match(joined) is not None for rule in (_THANKS, _OPENERS, _CLOSINGS))
 
 
 # A caller saying that more is coming: "I'm going to read you my whole order, so please

@@ -587,6 +587,22 @@ CASES = [
         never_answered_before(600 + 320 + 1200, "Thanks, that's all. Bye."),
     ),
     Case(
+        "'Thanks, that's all.' is not answered in the pause before the goodbye",
+        # Echo line, espeak: Smart Turn 0.63, answered 200 ms into the sentence's pause,
+        # and the bot's first words went over "Bye!".
+        [Say(1100), Quiet(400), Say(500)],
+        [Hears(1200, "Thanks, that's all.", 0.63), Hears(99_000, "Thanks, that's all. Bye!", 0.9)],
+        never_answered_before(1100 + 400 + 500, "Thanks, that's all. Bye!"),
+    ),
+    Case(
+        "'my' and a noun or two is the subject of a sentence to come, not an answer",
+        # Babble line: "My account number | is 4 7 2 9." came back "My count number."
+        # (Smart Turn 0.98) and was answered 200 ms into the 1.2 s pause.
+        [Say(1200), Quiet(1200), Say(1500)],
+        [Hears(1300, "My count number.", 0.98), Hears(99_000, "My account number is 4729.", 0.9)],
+        never_answered_before(1200 + 1200 + 1500, "My account number is 4729."),
+    ),
+    Case(
         "a reader's one-word question at the end of a sentence is no question",
         # Under babble Whisper base heard "...ring the bell | twice, because..." as
         # "...ring the bell. Why?", and the bot answered 260 ms into the reader's pause.

@@ -125,6 +125,8 @@ def test_words_that_stop_where_a_sentence_cannot_look_unfinished(text: str) -> N
         "Can you check if my order?",
         "Please ring the bell twice, because the first one.",
         "I'm calling about my order. Do you know whether the courier from yesterday?",
+        "My count number.",  # "My account number | is..." under babble
+        "Hi. My phone number",
     ],
 )
 def test_a_clause_with_its_subject_and_no_verb_yet_looks_unfinished(text: str) -> None:
@@ -146,6 +148,10 @@ def test_a_clause_with_its_subject_and_no_verb_yet_looks_unfinished(text: str) -
         "Call me back if possible.",
         "Please ring the bell twice, because the first one is broken.",
         "Is it open even if it's raining?",
+        "My pleasure.",
+        "My account number is 4 7 2.",
+        "My order was late.",
+        "My order arrived.",
     ],
 )
 def test_finished_words_do_not_look_unfinished(text: str) -> None:
@@ -166,6 +172,8 @@ def test_finished_words_do_not_look_unfinished(text: str) -> None:
         "I think.",  # Whisper's "Thanks," on the echo line
         "Well, I mean.",
         "So.",
+        "Thanks, that's all.",  # the goodbye follows a sentence's pause later
+        "No, that's it.",
     ],
 )
 def test_words_that_open_a_turn_claim_the_floor(text: str) -> None:
@@ -180,6 +188,7 @@ def test_words_that_open_a_turn_claim_the_floor(text: str) -> None:
         "No, Saturday.",
         "I think so.",
         "Thanks, bye.",  # a farewell, answered at once
+        "That's all I need to know.",
         # Said whole, it is a turn of its own, not an opening.
         "No wait, actually I meant Saturday, can you check?",
         "",
