@@ -43,6 +43,7 @@ from agents.turns.text import (
     looks_unfinished,
     makes_a_request,
     only_trails_off,
+    opens_an_interruption,
     sentences,
     sounds_finished,
     takes_the_turn,
@@ -126,12 +127,15 @@ class TurnTaking:
     resume_after_words_ms: int = 600
     # A caller who goes on after a pause the bot took for their turn's end (before its
     # reply was heard, or cutting into the reply's first `continuation_heard_ms`: too
-    # soon to be answering its words) has shown how long they pause. Their next turn
-    # carries on from the answered one (a reader's pauses stay a reader's), and from
-    # then on no statement is answered before that pause and `patience_margin_ms` more,
-    # up to `patience_max_ms`. Questions stay quick. A reader cut into kept being talked
-    # over: "...ring the bell | twice, because..." was answered in both pauses.
-    continuation_heard_ms: int = 600
+    # soon to be answering its words, and not with "No wait," or "Sorry,") has shown
+    # how long they pause. Their next turn carries on from the answered one (a reader's
+    # pauses stay a reader's), and from then on no statement is answered before that
+    # pause and `patience_margin_ms` more, up to `patience_max_ms`. Questions stay
+    # quick. A reader cut into kept being talked over: "...ring the bell | twice,
+    # because..." was answered in both pauses. Not 600 ms: on the echo line "a table for
+    # | six people" was answered 0.74 s into the 1.5 s pause, and the caller went on
+    # 0.76 s into the reply; babble's "a cable for you." 0.7-0.9 s in.
+    continuation_heard_ms: int = 1000
     continuation_max_pause_ms: int = 2000
     patience_margin_ms: int = 250
     patience_max_ms: int = 1500
@@ -393,6 +397,9 @@ class TurnEngine:
         self._heard = 0
         self._resumed_at: int | None = None  # the caller's first speech over that reply
         self._continues: _Said | None = None  # the answered turn an overlap may go on
+        # The pause a turn carried on from the answered one showed: learnt once its
+        # words say it goes on (and is no "No wait,").
+        self._carried_pause: int | None = None
         self._carried: _Said | None = None  # the answered turn this turn goes on from
         self._patience_ms = 0  # the caller's longest pause the bot answered into, and more
 
@@ -591,13 +598,27 @@ class TurnEngine:
         return onset - answered.at <= _samples(self.cfg.continuation_heard_ms)
 
     def _carry_on(self, onset: int) -> None:
-        """The caller took the floor with speech that began at `onset`: if it went on
-        from the answered turn, carry that turn and learn the pause."""
+        """The caller took the floor with speech that began at `onset`: if it may go on
+        from the answered turn, carry that turn, and its pause until the words say
+        (`_judge_carried`)."""
         if self._continues is not None:
             self._carried = self._continues
-            self._learn_pause((self._resumed_at or onset) - self._continues.end)
+            self._carried_pause = (self._resumed_at or onset) - self._continues.end
         self._continues = None
         self._answered = None
+
+    def _judge_carried(self, result: Evaluation) -> None:
+        """A turn that cut into the reply soon after it began goes on from the answered
+        turn unless its first words stop or correct the bot: an early "No wait,
+        actually..." is an interruption, a turn of its own, and shows no pause."""
+        pause = self._carried_pause
+        if pause is None or result.hearing is not Hearing.HEARD or not result.text.strip():
+            return
+        self._carried_pause = None
+        if opens_an_interruption(result.text):
+            self._carried = None
+        else:
+            self._learn_pause(pause)
 
     def _learn_pause(self, pause: int) -> None:
         """The caller went on after a pause this long: wait that out from now on (a
@@ -647,6 +668,8 @@ class TurnEngine:
         out: list[Decision] = []
         if self.state is TurnState.HELD:
             self._judge_held(result, out)
+        if self.state is TurnState.CALLER:
+            self._judge_carried(result)
         self._maybe_end_turn(out)
         return out
 
@@ -882,6 +905,7 @@ class TurnEngine:
         self._utterance_start = max(0, speech_start - _samples(self.cfg.preroll_ms))
         self._cut_in = False  # the turn took the floor from the bot
         self._carried = None
+        self._carried_pause = None
         self._speech_in_turn = 0
         self._next_cap_check = 0
         self._speech_end = None

@@ -12,6 +12,7 @@ __all__ = [
     "looks_unfinished",
     "makes_a_request",
     "only_trails_off",
+    "opens_an_interruption",
     "sentences",
     "sounds_finished",
     "takes_the_turn",
@@ -225,6 +226,21 @@ def claims_the_floor(text: str) -> bool:
     if _FLOOR_CLAIMS.search(joined) is not None:
         return True
     return any(rule.match(joined) is not None for rule in (_THANKS, _OPENERS, _CLOSINGS))
+
+
+# How a caller cutting into the bot opens: to stop or correct it, not to go on with
+# their own sentence ("No wait, actually I meant Saturday" vs "| six people at noon").
+_INTERRUPTION_OPENERS = re.compile(
+    r"^(?:(?:oh|um|uh|er)\s+)*(?:no|nope|wait|stop|sorry|actually|hey|hello|pardon"
+    r"|excuse me|hold on|hang on|one (?:sec|second|moment))\b"
+)
+
+
+def opens_an_interruption(text: str) -> bool:
+    """Words over the bot that stop or correct it ("No wait,", "Sorry,", "Hold on")
+    rather than carry on with the caller's own sentence."""
+    joined = " ".join(_WORD.findall(text.lower()))
+    return _INTERRUPTION_OPENERS.match(joined) is not None
 
 
 # A caller saying that more is coming: "I'm going to read you my whole order, so please

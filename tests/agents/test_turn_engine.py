@@ -661,6 +661,49 @@ CASES = [
         ),
     ),
     Case(
+        "a caller who went on most of a second into the reply is waited for after",
+        # Echo line: "a table for | six people" came back "...a table for it." and was
+        # answered 0.74 s into the 1.5 s pause; the caller went on 0.76 s into the reply.
+        [Say(1500), Quiet(1650), Say(1500), Quiet(1300), Say(1000)],
+        [
+            Hears(1600, "I'd like to book a table for you.", 0.9),
+            Hears(4750, "Six people next Tuesday.", 0.9),
+            Hears(99_000, "Six people next Tuesday. At noon, please.", 0.9),
+        ],
+        lambda out: (
+            (
+                [a.text for a in out.of(Answer)]
+                == [
+                    "I'd like to book a table for you.",
+                    "Six people next Tuesday. At noon, please.",
+                ]
+                and out.of(Clear)
+                and patience_raised_once(out, pause_ms=1650)
+            )
+            or pytest.fail(str(out.decisions))
+        ),
+    ),
+    Case(
+        "a caller cutting in early with 'No wait,' interrupts: they showed no pause",
+        # Bench turns' early interruption, 0.4 s into the reply: once taken for a caller
+        # going on, it made their later statements wait 1.2 s.
+        [Say(1500), Quiet(1400), Say(1500), Quiet(1500)],
+        [
+            Hears(1600, "I'd like to book a table for you.", 0.9),
+            Hears(99_000, "No wait, actually I meant Saturday.", 0.9),
+        ],
+        lambda out: (
+            (
+                [a.text for a in out.of(Answer)]
+                == ["I'd like to book a table for you.", "No wait, actually I meant Saturday."]
+                and not [e for _, e in out.events if isinstance(e, PatienceRaised)]
+                # a statement's 700 ms: not carried on as a long turn (1.0 s) either
+                and out.at(Answer)[1] <= 1500 + 1400 + 1500 + 700 + 200
+            )
+            or pytest.fail(str(out.decisions))
+        ),
+    ),
+    Case(
         "a caller who went on before the reply was heard is waited for after",
         [Say(1500), Quiet(900), Say(1500), Quiet(1000), Say(1000)],
         [
@@ -728,22 +771,23 @@ CASES = [
     ),
     Case(
         "a caller who answers the reply is not taken for one who paused",
-        # Onset a second into the reply: they heard it. Their next statement is
-        # answered after the usual pause.
-        [Say(1500), Quiet(2000), Say(1500), Quiet(1500)],
+        # Onset 1.1 s into the reply: they heard it. Their next statement is answered
+        # after the usual pause.
+        [Say(1500), Quiet(1850), Say(1500), Quiet(1500)],
         [
             Hears(1600, "I'd like to book a table for you.", 0.9),
-            Hears(99_000, "No, for Saturday instead.", 0.9),
+            Hears(99_000, "For Saturday instead, please.", 0.9),
         ],
         lambda out: (
             (
                 [a.text for a in out.of(Answer)]
-                == ["I'd like to book a table for you.", "No, for Saturday instead."]
+                == ["I'd like to book a table for you.", "For Saturday instead, please."]
                 and not [e for _, e in out.events if isinstance(e, PatienceRaised)]
-                and out.at(Answer)[1] <= 1500 + 2000 + 1500 + 700 + 200
+                and out.at(Answer)[1] <= 1500 + 1850 + 1500 + 700 + 200
             )
             or pytest.fail(str(out.decisions))
         ),
+        bot=Bot(latency_ms=50),
     ),
     Case(
         "a reader the bot answered into a pause is still a reader when they go on",

@@ -11,6 +11,7 @@ from agents.turns.text import (
     looks_unfinished,
     makes_a_request,
     only_trails_off,
+    opens_an_interruption,
     sentences,
     wants_a_person,
 )
@@ -243,3 +244,18 @@ def test_plain_statements_announce_nothing(text: str) -> None:
 )
 def test_only_the_ellipsis_leaves_some_words_unfinished(text: str, trails_off: bool) -> None:
     assert only_trails_off(text) is trails_off
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["No wait, actually I meant Saturday.", "Sorry, I meant Friday.", "Hold on.", "Um, stop."],
+)
+def test_words_that_stop_or_correct_the_bot_open_an_interruption(text: str) -> None:
+    assert opens_an_interruption(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["Six people next Tuesday at noon.", "is open on Sunday?", "Twice.", "Nobody came."]
+)
+def test_a_sentence_going_on_opens_no_interruption(text: str) -> None:
+    assert not opens_an_interruption(text)
