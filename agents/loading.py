@@ -56,8 +56,11 @@ async def load_models(
     # EndOfTurn is a nominal base class that media's model does not (and, media being
     # below agents, cannot) inherit; it has the one method EndOfTurn asks for.
     end_of_turn = cast(EndOfTurn, eot)
-    # A server per call (the embedded default) lets every call draft its replies.
+    # A server per call (the embedded default) lets every call draft its replies; one
+    # the local workers write on too is not the calls' own.
     servers = len(llm.members) if isinstance(llm, ChatPool) else 1
+    if _shares_first_server(settings):
+        servers -= 1
     models = CascadeModels(
         stt=stt, tts=tts, llm=llm, end_of_turn=end_of_turn, drafts=DraftBoard(servers)
     )
@@ -99,7 +102,17 @@ async def _language_model(
     ]
     for chat in chats:
         stack.push_async_callback(chat.aclose)
-    return chats[0] if len(chats) == 1 else ChatPool(chats)
+    if len(chats) == 1:
+        return chats[0]
+    return ChatPool(chats, shared_first=_shares_first_server(settings))
+
+
+def _shares_first_server(settings: ModelSettings) -> bool:
+    """The first embedded server has a fixed port (LLM_EMBEDDED_PORT) because other
+    processes write on it: `serve --local-workers` points its workers there. Calls of
+    this process sharing it drafted there and held the workers' replies back: 4 calls
+    in `offhook bench pool`, 2 on workers, mouth to mouth p90 7.1 s."""
+    return not settings.llm_base_url and settings.llm_embedded_port != 0
 
 
 async def _start_embedded_servers(

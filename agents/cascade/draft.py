@@ -39,14 +39,15 @@ class DraftBoard:
     when the pause ended)."""
 
     def __init__(self, servers: int = 1) -> None:
-        if servers < 1:
-            raise ValueError(f"servers must be >= 1, got {servers}")
+        # 0: no server is this process's alone (local workers write on the only one).
+        if servers < 0:
+            raise ValueError(f"servers must be >= 0, got {servers}")
         self.servers = servers
         self._drafts: set[asyncio.Task[None]] = set()
         self._calls = 0
 
     def _shared(self) -> bool:
-        return self._calls > self.servers
+        return self._calls > self.servers or self.servers == 0
 
     def may_draft(self) -> bool:
         return not self._shared()

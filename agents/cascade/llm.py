@@ -243,22 +243,30 @@ class ChatPool:
     The embedded llama.cpp server writes one reply at a time. With 4 calls ending their
     turns at once, the fourth caller's first clause waited for three whole replies
     (p90 2.1-2.3 s on 2 cores in `offhook bench llm`); with a server per call, 1.1 s.
+
+    `shared_first`: the first member also writes for clients outside this pool (`serve
+    --local-workers` points its workers at it), which the pool cannot see: calls home
+    there last, and a reply goes there only when every other member is as busy.
     """
 
-    def __init__(self, members: Sequence[PooledChat]) -> None:
+    def __init__(self, members: Sequence[PooledChat], *, shared_first: bool = False) -> None:
         if not members:
             raise ValueError("a chat pool needs at least one member")
         self.members = list(members)
         self._active = [0] * len(members)
         self._last: list[list[Message]] = [[] for _ in members]
         self._homes = [0] * len(members)  # calls whose conversation each member keeps
+        self._outside = [1 if shared_first and index == 0 else 0 for index in range(len(members))]
 
     def session(self) -> ChatSession:
         """A call's own view of the pool: its replies go to one member (its home) while
         it is free, so the conversation stays in that member's prompt cache. Without a
         home, 4 calls wandered between members and a one-thread server evaluating a
         conversation of 9 messages again took 3.3-5.7 s under load. `close` at hang-up."""
-        home = min(range(len(self.members)), key=lambda index: (self._homes[index], index))
+        home = min(
+            range(len(self.members)),
+            key=lambda index: (self._homes[index] + self._outside[index], index),
+        )
         self._homes[home] += 1
         return ChatSession(self, home)
 
@@ -280,7 +288,8 @@ class ChatPool:
     def _lease(self, messages: Sequence[Message], home: int | None = None) -> int:
         def preference(index: int) -> tuple[int, bool, int, bool, int]:
             shared = _shared_prefix(self._last[index], messages)
-            return (self._active[index], index != home, -shared, index != 0, index)
+            busy = self._active[index] + self._outside[index]
+            return (busy, index != home, -shared, index != 0, index)
 
         index = min(range(len(self.members)), key=preference)
         log.debug(

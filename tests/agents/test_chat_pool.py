@@ -122,6 +122,22 @@ async def test_each_call_keeps_to_a_server_of_its_own() -> None:
     assert (await heard(third, "Hours?")).startswith("a")
 
 
+async def test_the_server_local_workers_write_on_is_the_calls_last_choice() -> None:
+    # `serve --local-workers` points its workers at the first server, which the pool
+    # cannot see busy: calls there drafted and held the workers' replies back.
+    members = [HeldChat("a"), HeldChat("b"), HeldChat("c")]
+    for member in members:
+        member.finish.set()
+    pool = ChatPool(members, shared_first=True)
+    sessions = [pool.session() for _ in range(3)]
+    assert [session.home for session in sessions] == [1, 2, 0]
+    sessions[2].close()
+    words = [delta async for delta in pool.stream(asking("Parking?"))]
+    assert words[0].strip() == "b", "a reply outside any call goes to an idle own server"
+    for session in sessions[:2]:
+        session.close()
+
+
 async def test_a_call_whose_server_is_busy_is_answered_by_another() -> None:
     members = [HeldChat("a"), HeldChat("b")]
     pool = ChatPool(members)

@@ -130,3 +130,10 @@ def test_drafts_are_written_only_while_every_call_has_a_server_of_its_own() -> N
     assert not board.may_draft(), "a third call's replies must not wait for a draft"
     board.call_ended()
     assert board.may_draft()
+
+
+def test_no_draft_is_written_on_a_server_that_others_write_on_too() -> None:
+    # `serve --local-workers` with one embedded server: the workers' replies go there.
+    board = DraftBoard(servers=0)
+    board.call_started()
+    assert not board.may_draft()
