@@ -292,7 +292,10 @@ class Settings:
         "LLM_GGUF", "", "GGUF file for the embedded server. Empty: bundled SmolLM2-135M."
     )
     llm_embedded_port: int = _env_field(
-        "LLM_EMBEDDED_PORT", 0, "Port of the embedded llama.cpp server (0: pick a free one)."
+        "LLM_EMBEDDED_PORT",
+        0,
+        "Port of the first embedded llama.cpp server (0: pick a free one). Fixed, it is "
+        "for other processes too (`serve --local-workers` sets it): calls use it last.",
     )
     llm_embedded_servers: int = _env_field(
         "LLM_EMBEDDED_SERVERS",
