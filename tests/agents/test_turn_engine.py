@@ -120,6 +120,20 @@ def patience_raised_once(out: Outcome, *, pause_ms: int) -> bool:
     )
 
 
+def answered_in_the_pause_then_waited_for(*, pause_ms: int) -> Callable[[Outcome], None]:
+    """The words before the pause were answered, the caller cut in and was heard whole,
+    and their pause was learnt."""
+
+    def check(out: Outcome) -> None:
+        assert [a.text for a in out.of(Answer)] == [TABLE_FOR_YOU, SIX_AT_NOON], out.decisions
+        assert out.of(Clear), out.decisions
+        assert patience_raised_once(out, pause_ms=pause_ms), out.events
+
+    return check
+
+
+TABLE_FOR_YOU = "I'd like to book a table for you."
+SIX_AT_NOON = "Six people next Tuesday. At noon, please."
 QUESTION = "What time do you open tomorrow?"
 CORRECTION_TEXT = "No wait, actually I meant Saturday."
 PHARMACY = "Could you check whether the pharmacy on Main Street is open on Sunday?"
@@ -643,22 +657,11 @@ CASES = [
         # half second. A caller pausing that long once does it again.
         [Say(1500), Quiet(1100), Say(1500), Quiet(1200), Say(1000)],
         [
-            Hears(1600, "I'd like to book a table for you.", 0.9),
+            Hears(1600, TABLE_FOR_YOU, 0.9),
             Hears(4200, "Six people next Tuesday.", 0.9),
-            Hears(99_000, "Six people next Tuesday. At noon, please.", 0.9),
+            Hears(99_000, SIX_AT_NOON, 0.9),
         ],
-        lambda out: (
-            (
-                [a.text for a in out.of(Answer)]
-                == [
-                    "I'd like to book a table for you.",
-                    "Six people next Tuesday. At noon, please.",
-                ]
-                and out.of(Clear)
-                and patience_raised_once(out, pause_ms=1100)
-            )
-            or pytest.fail(str(out.decisions))
-        ),
+        answered_in_the_pause_then_waited_for(pause_ms=1100),
     ),
     Case(
         "a caller who went on most of a second into the reply is waited for after",
@@ -666,22 +669,11 @@ CASES = [
         # answered 0.74 s into the 1.5 s pause; the caller went on 0.76 s into the reply.
         [Say(1500), Quiet(1650), Say(1500), Quiet(1300), Say(1000)],
         [
-            Hears(1600, "I'd like to book a table for you.", 0.9),
+            Hears(1600, TABLE_FOR_YOU, 0.9),
             Hears(4750, "Six people next Tuesday.", 0.9),
-            Hears(99_000, "Six people next Tuesday. At noon, please.", 0.9),
+            Hears(99_000, SIX_AT_NOON, 0.9),
         ],
-        lambda out: (
-            (
-                [a.text for a in out.of(Answer)]
-                == [
-                    "I'd like to book a table for you.",
-                    "Six people next Tuesday. At noon, please.",
-                ]
-                and out.of(Clear)
-                and patience_raised_once(out, pause_ms=1650)
-            )
-            or pytest.fail(str(out.decisions))
-        ),
+        answered_in_the_pause_then_waited_for(pause_ms=1650),
     ),
     Case(
         "a caller cutting in early with 'No wait,' interrupts: they showed no pause",
