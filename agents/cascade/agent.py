@@ -316,8 +316,13 @@ class CascadeAgent:
             bot_level_db=self.playback.reference_level_db() if over_bot else -120.0,
         )
         await self._apply(engine.frame(frame))
-        if self._draft is None and engine.state is TurnState.CALLER and not engine.speaking:
-            self._maybe_draft()  # a hanging turn's words become worth a draft mid-wait
+        if engine.state is TurnState.CALLER:
+            if engine.speaking:
+                # The caller went on: the words will be more than the draft's (the
+                # next pause's evaluation would drop it; it need not write till then).
+                self._drop_draft()
+            elif self._draft is None:
+                self._maybe_draft()  # a hanging turn's words become worth one mid-wait
         self._audio.keep_from(self._keep_from())
         self._check_silence()
 
