@@ -136,7 +136,14 @@ class TurnTaking:
     # | six people" was answered 0.74 s into the 1.5 s pause, and the caller went on
     # 0.76 s into the reply; babble's "a cable for you." 0.7-0.9 s in.
     continuation_heard_ms: int = 1000
-    continuation_max_pause_ms: int = 2000
+    # ...and resumed within this much of the turn's end: a mid-sentence pause runs to
+    # ~1.5 s (the hanging words' wait). A caller answering a short reply ("For how
+    # many?" "Six.") as it ends comes ~1.9 s after their turn (700 ms wait, first audio,
+    # a second of reply) and must not be taken for one who paused that long.
+    continuation_max_pause_ms: int = 1700
+    # A caller who resumes this soon after the Answer, before any reply is heard, went
+    # on (later, "Hello?" to a slow reply is no pause of theirs).
+    reopen_continuation_ms: int = 600
     patience_margin_ms: int = 250
     patience_max_ms: int = 1500
     echo_margin_db: float = 12.0
@@ -595,7 +602,7 @@ class TurnEngine:
     def _soon_after_answer(self, onset: int) -> bool:
         answered = self._answered
         assert answered is not None
-        return onset - answered.at <= _samples(self.cfg.continuation_heard_ms)
+        return onset - answered.at <= _samples(self.cfg.reopen_continuation_ms)
 
     def _carry_on(self, onset: int) -> None:
         """The caller took the floor with speech that began at `onset`: if it may go on

@@ -696,6 +696,37 @@ CASES = [
         ),
     ),
     Case(
+        "a short 'No wait.' early in the reply interrupts: they showed no pause",
+        # Held, judged by its words (not its length), then taken as a turn of its own.
+        [Say(1500), Quiet(1400), Say(500), Quiet(1500)],
+        [Hears(1600, TABLE_FOR_YOU, 0.9), Hears(99_000, "No wait.", 0.98)],
+        lambda out: (
+            (
+                [a.text for a in out.of(Answer)] == [TABLE_FOR_YOU, "No wait."]
+                and out.of(Hold)
+                and out.of(Clear)
+                and not [e for _, e in out.events if isinstance(e, PatienceRaised)]
+            )
+            or pytest.fail(str(out.decisions))
+        ),
+        duplex=False,
+    ),
+    Case(
+        "a caller answering a short reply as it ends is not taken for one who paused",
+        # "For how many?" (1 s) - "Six people, at noon." from its last words: 1.9 s after
+        # their turn, no pause of theirs.
+        [Say(1500), Quiet(1900), Say(1200), Quiet(1500)],
+        [Hears(1600, TABLE_FOR_YOU, 0.9), Hears(99_000, "Six people, at noon.", 0.98)],
+        lambda out: (
+            (
+                [a.text for a in out.of(Answer)] == [TABLE_FOR_YOU, "Six people, at noon."]
+                and not [e for _, e in out.events if isinstance(e, PatienceRaised)]
+            )
+            or pytest.fail(str(out.decisions))
+        ),
+        bot=Bot(reply_ms=1000),
+    ),
+    Case(
         "a caller who went on before the reply was heard is waited for after",
         [Say(1500), Quiet(900), Say(1500), Quiet(1000), Say(1000)],
         [

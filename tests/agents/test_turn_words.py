@@ -150,9 +150,10 @@ def test_a_clause_with_its_subject_and_no_verb_yet_looks_unfinished(text: str) -
         "Please ring the bell twice, because the first one is broken.",
         "Is it open even if it's raining?",
         "My pleasure.",
-        "My account number is 4 7 2.",
         "My order was late.",
         "My order arrived.",
+        "My account number 4729.",  # the number is the sentence's point
+        "My account number is 4 7 2.",
     ],
 )
 def test_finished_words_do_not_look_unfinished(text: str) -> None:
@@ -255,7 +256,14 @@ def test_words_that_stop_or_correct_the_bot_open_an_interruption(text: str) -> N
 
 
 @pytest.mark.parametrize(
-    "text", ["Six people next Tuesday at noon.", "is open on Sunday?", "Twice.", "Nobody came."]
+    "text",
+    [
+        "Six people next Tuesday at noon.",
+        "is open on Sunday?",
+        "Twice.",
+        "Nobody came.",
+        "No-show fees, right?",
+    ],
 )
 def test_a_sentence_going_on_opens_no_interruption(text: str) -> None:
     assert not opens_an_interruption(text)
