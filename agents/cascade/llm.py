@@ -246,7 +246,9 @@ class ChatPool:
 
     `shared_first`: the first member also writes for clients outside this pool (`serve
     --local-workers` points its workers at it), which the pool cannot see: calls home
-    there last, and a reply goes there only when every other member is as busy.
+    there last, and a reply goes there only when every other member is as busy (so a
+    call that had to make its home there writes on the others while they are idle,
+    at the cost of their prompt caches: only when there are more calls than servers).
     """
 
     def __init__(self, members: Sequence[PooledChat], *, shared_first: bool = False) -> None:
