@@ -47,7 +47,7 @@ class DraftBoard:
         self._calls = 0
 
     def _shared(self) -> bool:
-        return self._calls > self.servers or self.servers == 0
+        return self._calls > self.servers  # with 0 servers, any call shares
 
     def may_draft(self) -> bool:
         return not self._shared()
