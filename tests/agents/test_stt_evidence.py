@@ -274,8 +274,9 @@ def test_a_last_word_not_in_the_audio_is_dropped_after_a_dangling_word(
     # on both voices here), a finished sentence that ended the caller's turn mid-way.
     words = speak("I'd like to book a table for", engine=engine)
     audio, _ = _through_the_call(np.concatenate([words, np.zeros(LINE_RATE // 2, np.int16)]))
-    # (espeak's "book" comes back "work": what matters here is the end)
-    assert tiny.transcribe(audio).text.rstrip(".").endswith("a table for")
+    # (espeak's "book" comes back "work", Piper's "a" now and then "the": what matters
+    # here is the end; Piper's voice varies from one synthesis to the next)
+    assert tiny.transcribe(audio).text.rstrip(".").endswith("table for")
     said = tiny.heard_text(audio, "I'd like to book a table for it.")
     assert said.rstrip(".") == "I'd like to book a table for"
 
