@@ -125,6 +125,13 @@ class TurnTaking:
     # No longer: a hold on the bot's own leaked "I'm" then kept it quiet ~1 s, and a
     # caller takes a bot that quiet for done (bench turns' caller speaks 0.7-0.9 s in).
     resume_after_words_ms: int = 600
+    # Words judged a backchannel, or too short to take the turn ("Six.", "Yes."), whose
+    # resumed reply then plays out within this much audio were said over its last
+    # words: "For how many?" answered as it ends, or a quick "Yes." into Piper's 110-240
+    # ms of trailing silence, which the bot is held on. They are the caller's turn, and
+    # answered once the reply has played out; resumed and played out, they were lost.
+    # Not longer: bench turns' "mhm"s come with >= 3 s of the reply still queued.
+    reply_end_words_ms: int = 1000
     # A caller who goes on after a pause the bot took for their turn's end (before its
     # reply was heard, or cutting into the reply's first `continuation_heard_ms`: too
     # soon to be answering its words, and not with "No wait," or "Sorry,") has shown
@@ -346,6 +353,15 @@ class Overlap:
         return self.loud >= hold_at and self.loud * 3 >= position - self.start
 
 
+@dataclass(slots=True)
+class _EndWords:
+    """Words over a held reply that let it go on: the caller's turn if it ends soon."""
+
+    result: Evaluation
+    start: int
+    heard: int = 0  # samples of the reply audible since it resumed
+
+
 @dataclass(frozen=True, slots=True)
 class _Said:
     """What a caller turn amounted to, for the turn that carries on from it."""
@@ -409,12 +425,14 @@ class TurnEngine:
         self._carried_pause: int | None = None
         self._carried: _Said | None = None  # the answered turn this turn goes on from
         self._patience_ms = 0  # the caller's longest pause the bot answered into, and more
+        self._end_words: _EndWords | None = None
 
     # --- facts from the driver -----------------------------------------------------------
 
     def reply_started(self) -> None:
         """A reply (answer, greeting, reprompt...) is under way."""
         self._bot_busy = True
+        self._end_words = None
         if self.state in (TurnState.LISTENING, TurnState.CALLER):
             self._to(TurnState.REPLYING)
 
@@ -432,6 +450,7 @@ class TurnEngine:
         """The caller's input was answered some other way (keypad): forget the utterance."""
         self._drop_utterance()
         self._answered = None
+        self._end_words = None
         if self.state in (TurnState.CALLER, TurnState.OVERLAP):
             self._to(TurnState.LISTENING)
 
@@ -445,6 +464,10 @@ class TurnEngine:
         state_before = self.state
         if frame.bot_audible and self._answered is not None:
             self._heard += frame.samples
+        if frame.bot_audible and self._end_words is not None:
+            self._end_words.heard += frame.samples
+            if self._end_words.heard > _samples(self.cfg.reply_end_words_ms):
+                self._end_words = None  # the reply went on: they were a backchannel
         for event in frame.events:
             if isinstance(event, SpeechStarted):
                 self._on_start(event.sample, frame, out)
@@ -466,6 +489,8 @@ class TurnEngine:
             self._committed = False
             self._answered = None
             self._to(TurnState.LISTENING)
+            if self._end_words is not None:
+                self._answer_end_words(out)
         elif self.state is TurnState.CALLER and self.speaking:
             self._check_length_cap(out)
         self._maybe_end_turn(out)
@@ -475,6 +500,7 @@ class TurnEngine:
     def _on_start(self, sample: int, frame: Frame, out: list[Decision]) -> None:
         self.speaking = True
         self._speech_start = sample
+        self._end_words = None  # they went on: this speech is judged in its turn
         self._emit(SpeechStart(sample=sample))
         if self._evaluating is not None or self._result is not None:
             if not (self._evaluating and self._evaluating.capped):
@@ -708,6 +734,8 @@ class TurnEngine:
             self._emit(Backchannel(speech_ms=speech_ms, text=result.text))
             words = result.hearing is Hearing.HEARD and not is_backchannel(result.text)
             cfg = self.cfg
+            if _answerable(result, cfg):
+                self._end_words = _EndWords(result, start=self._utterance_start)
             self._resume_wait_ms = cfg.resume_after_words_ms if words else cfg.resume_min_silence_ms
             self._resume_after = overlap.stopped or self.position
             self._resume_after_pause(self._resume_after, out)
@@ -754,37 +782,14 @@ class TurnEngine:
                 self._result = None  # looked at again in recheck_s
             return
         self._result = None
-        self._emit(
-            EndOfTurn(
-                probability=round(result.probability, 3),
-                silence_ms=silence_ms,
-                text=result.text,
-                hearing=result.hearing.value,
-                no_speech_prob=round(result.no_speech_prob, 3),
-                avg_logprob=round(result.avg_logprob, 3),
-            )
-        )
+        self._emit_end_of_turn(result, silence_ms)
         speech_ms = _ms(self._speech_in_turn)
         start, end = self._utterance_start, result.end
         said = self._said(result.text, end)
         self._drop_utterance()
         heard = result.hearing is Hearing.HEARD
         if heard and result.text.strip():
-            text = result.text.strip()
-            self._answered = dataclasses.replace(said, at=self.position)
-            self._heard = 0
-            self._resumed_at = None
-            out.append(
-                Answer(
-                    text=text,
-                    start=start,
-                    end=end,
-                    silence_ms=silence_ms,
-                    farewell=is_farewell(text),
-                )
-            )
-            self._committed = True
-            self._to(TurnState.REPLYING)
+            self._commit(result.text.strip(), start, end, silence_ms, said, out)
         elif result.hearing is Hearing.UNCLEAR or (
             heard and speech_ms >= self.cfg.min_reprompt_speech_ms
         ):
@@ -801,6 +806,50 @@ class TurnEngine:
         else:
             self._emit(NotSpeech(speech_ms=speech_ms, text=result.text))
             self._to(TurnState.LISTENING)
+
+    def _commit(
+        self, text: str, start: int, end: int, silence_ms: int, said: _Said, out: list[Decision]
+    ) -> None:
+        self._answered = dataclasses.replace(said, at=self.position)
+        self._heard = 0
+        self._resumed_at = None
+        out.append(
+            Answer(
+                text=text, start=start, end=end, silence_ms=silence_ms, farewell=is_farewell(text)
+            )
+        )
+        self._committed = True
+        self._to(TurnState.REPLYING)
+
+    def _answer_end_words(self, out: list[Decision]) -> None:
+        """The reply played out soon after the words the bot was resumed over: they were
+        said over its end, and are the caller's turn."""
+        words = self._end_words
+        assert words is not None
+        self._end_words = None
+        result = words.result
+        silence_ms = _ms(self.position - result.end)
+        self._emit_end_of_turn(result, silence_ms)
+        text = result.text.strip()
+        said = _Said(
+            end=result.end,
+            sentences=len(sentences(text)),
+            length_s=(result.end - words.start) / RATE,
+            announced=announces_more(text),
+        )
+        self._commit(text, words.start, result.end, silence_ms, said, out)
+
+    def _emit_end_of_turn(self, result: Evaluation, silence_ms: int) -> None:
+        self._emit(
+            EndOfTurn(
+                probability=round(result.probability, 3),
+                silence_ms=silence_ms,
+                text=result.text,
+                hearing=result.hearing.value,
+                no_speech_prob=round(result.no_speech_prob, 3),
+                avg_logprob=round(result.avg_logprob, 3),
+            )
+        )
 
     def _complete(self, result: Evaluation, silence_ms: int) -> bool:
         cfg = self.cfg
@@ -957,6 +1006,16 @@ class TurnEngine:
     def _emit(self, event: CallEvent) -> None:
         if self._emit_to is not None:
             self._emit_to(event)
+
+
+def _answerable(result: Evaluation, cfg: TurnTaking) -> bool:
+    """Words that answer, should the bot have been ending: a backchannel's ("Yes.",
+    "Okay.") or ones the end-of-turn model is sure of ("Six."), not a hum's words
+    Whisper made ("And make him.") or a sentence's start."""
+    text = result.text.strip()
+    if result.hearing is not Hearing.HEARD or not text or looks_unfinished(text):
+        return False
+    return is_backchannel(text) or result.probability >= cfg.end_of_turn_threshold
 
 
 def _ms(samples: int) -> int:

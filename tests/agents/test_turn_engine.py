@@ -132,6 +132,14 @@ def answered_in_the_pause_then_waited_for(*, pause_ms: int) -> Callable[[Outcome
     return check
 
 
+def answered_as_the_reply_ends(out: Outcome) -> bool:
+    """The last answer came the frame after the resumed reply's last audio."""
+    assert out.bot_audible_ms is not None
+    answered, resumed = out.at(Answer)[-1], out.at(Resume)[-1]
+    played = [ms for ms in out.bot_audible_ms if resumed <= ms < answered]
+    return answered - max([resumed, *played]) <= 40
+
+
 TABLE_FOR_YOU = "I'd like to book a table for you."
 SIX_AT_NOON = "Six people next Tuesday. At noon, please."
 QUESTION = "What time do you open tomorrow?"
@@ -725,6 +733,54 @@ CASES = [
             or pytest.fail(str(out.decisions))
         ),
         bot=Bot(reply_ms=1000),
+    ),
+    *[
+        Case(
+            f"a short answer over a reply's last words is answered once it ends: {said} "
+            f"({reply_ms} ms reply)",
+            # "For how many?" - "Six." 100 ms before its end, or a quick "Yes." into
+            # Piper's trailing silence: the bot was held, judged it a backchannel (short,
+            # no interruption's words), resumed, ended, and the answer was lost.
+            [Say(1500), Quiet(1900), Say(600), Quiet(2500)],
+            [Hears(1600, TABLE_FOR_YOU, 0.9), Hears(99_000, said, probability)],
+            lambda out, said=said: (
+                (
+                    [a.text for a in out.of(Answer)] == [TABLE_FOR_YOU, said]
+                    and out.of(Hold)
+                    and out.of(Resume)
+                    and not out.of(Clear)
+                    and answered_as_the_reply_ends(out)
+                )
+                or pytest.fail(str(out.decisions))
+            ),
+            bot=Bot(reply_ms=reply_ms),
+            duplex=False,  # (its reply plays in 200 ms units: over before "Six.")
+        )
+        for said, probability in (("Six.", 0.98), ("Yes.", 0.2))
+        # (held with 100 ms of the reply to come, or with all of it played)
+        for reply_ms in (1100, 1000)
+    ],
+    Case(
+        "a backchannel with more than a second of the reply still to come is not answered",
+        [Say(1500), Quiet(1900), Say(400), Quiet(3500)],
+        [Hears(1600, TABLE_FOR_YOU, 0.9), Hears(99_000, "Mhm.", 0.98)],
+        lambda out: (
+            ([a.text for a in out.of(Answer)] == [TABLE_FOR_YOU] and out.of(Resume))
+            or pytest.fail(str(out.decisions))
+        ),
+        bot=Bot(reply_ms=2300),
+        duplex=False,
+    ),
+    Case(
+        "a hum over a reply's end is not answered",
+        [Say(1500), Quiet(1900), Say(500), Quiet(2500)],
+        [Hears(1600, TABLE_FOR_YOU, 0.9), Hears(99_000, "And make him.", 0.1)],
+        lambda out: (
+            ([a.text for a in out.of(Answer)] == [TABLE_FOR_YOU] and out.of(Resume))
+            or pytest.fail(str(out.decisions))
+        ),
+        bot=Bot(reply_ms=1000),
+        duplex=False,
     ),
     Case(
         "a caller who went on before the reply was heard is waited for after",
