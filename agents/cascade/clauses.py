@@ -20,7 +20,28 @@ _PHRASE_OPENERS = frozenset(
 _UNSPEAKABLE = re.compile(r"[*_#`~>|\[\]{}<]|[\U0001F000-\U0001FAFF\u2600-\u27BF]")
 
 
+# Web and mail addresses: a caller can note a site's name, never its path, and the TTS
+# spells a path out character by character. SmolLM2 writes them into one clause
+# ("...on our website: www.hotel-online.com/booking/table/Friday-Night/Booking.html."),
+# 9 s of speech the TTS made slower than the clause before it played: the caller heard
+# gaps. Spoken as the site's name, "hotel-online dot com".
+_TLDS = "com|org|net|edu|gov|io|co|uk|us|ca|au|de|fr|info|biz|app|ai|me|tv"
+_HOST = rf"((?:[a-z0-9-]+\.)+(?:{_TLDS}))\b"
+_PATH = r"(?:[/?#][^\s()]*[^\s().,!?;:'\"])?/?"
+_URL = re.compile(rf"(?:\bhttps?://)?(?:\bwww\.)?\b{_HOST}{_PATH}", re.IGNORECASE)
+_EMAIL = re.compile(rf"\b([\w.+-]+)@{_HOST}", re.IGNORECASE)
+# A link's address in brackets after its text or after itself (markdown): said once.
+_LINK_IN_PARENTHESES = re.compile(rf"\(\s*(?:https?://)?(?:www\.)?{_HOST}{_PATH}\s*\)", re.I)
+
+
+def _spoken_host(host: str) -> str:
+    return " dot ".join(host.removeprefix("www.").split("."))
+
+
 def speakable(text: str) -> str:
+    text = _LINK_IN_PARENTHESES.sub("", text)
+    text = _EMAIL.sub(lambda m: f"{m.group(1)} at {_spoken_host(m.group(2))}", text)
+    text = _URL.sub(lambda m: _spoken_host(m.group(1)), text)
     return re.sub(r"\s+", " ", _UNSPEAKABLE.sub("", text)).strip()
 
 

@@ -146,3 +146,44 @@ def test_long_unpunctuated_text_in_one_delta_is_cut_at_max_words() -> None:
 
 def test_speakable_collapses_whitespace() -> None:
     assert speakable("  Hello\n\n  *there*  ") == "Hello there"
+
+
+@pytest.mark.parametrize(
+    ("written", "said"),
+    [
+        (
+            "Find it on our website: www.hotel-online.com/booking/table/Friday-Night/Book.html.",
+            "Find it on our website: hotel-online dot com.",
+        ),
+        (
+            "Go to https://example.org/reset?user=1, then log in.",
+            "Go to example dot org, then log in.",
+        ),
+        (
+            "It is at www.tableforFriday.com/sunday-2018/ and free.",
+            "It is at tableforFriday dot com and free.",
+        ),
+        ("Mail us at support@sundaybooking.com.", "Mail us at support at sundaybooking dot com."),
+    ],
+)
+def test_a_web_or_mail_address_is_said_as_the_site_s_name(written: str, said: str) -> None:
+    assert speakable(written) == said
+
+
+def test_a_link_written_twice_or_under_its_text_is_said_once() -> None:
+    doubled = "Visit www.whopper.com/reset(http://www.whopper.com/reset) and log in."
+    assert speakable(doubled) == "Visit whopper dot com and log in."
+    assert speakable("Read [the guide](https://docs.example.io/x).") == "Read the guide."
+
+
+def test_text_that_only_looks_dotted_is_left_alone() -> None:
+    text = (
+        "We open at 9.00am, e.g. on Mondays; version 2.5 is out. Mr. Smith called 1-800-763-2459."
+    )
+    assert speakable(text) == text
+
+
+def test_an_address_stays_in_its_clause_and_the_sentence_after_it_is_cut() -> None:
+    splitter = ClauseSplitter(lead_words=0)
+    clauses = splitter.feed("See www.example.com/a/b.html. It has the menu. ")
+    assert clauses == ["See example dot com.", "It has the menu."]
