@@ -779,6 +779,21 @@ async def test_a_caller_who_starts_as_the_bot_ends_gets_their_turn() -> None:
         assert session.caller_turns() == [CALLER_SAYS]
 
 
+async def test_a_short_answer_over_the_bots_last_words_is_answered_once_they_have_played() -> None:
+    # "...For how many people?" - "Six." over its last 200 ms: the bot holds, resumes
+    # (short, not an interruption's words) and plays out; the answer is the caller's turn.
+    async with call(greeting=GREETING, stt=hearing("Six.")) as session:
+        await greeted(session)
+        await session.pause(GREETING_MS - 200)
+        await session.talk(400)
+        assert session.line.clears() == 1  # held
+        await session.pause(TurnTaking().resume_after_words_ms + 400)
+        await session.bot_said(REPLY_TEXT)
+        assert "resume" in session.event_names()
+        assert session.caller_turns() == ["Six."]
+        assert [(t.text, t.truncated) for t in session.conversation.turns][0] == (GREETING, False)
+
+
 async def test_an_interrupted_reply_is_not_sent_any_further() -> None:
     first_sentence = "Sure, let me check the opening hours for you."
     more = asyncio.Event()
