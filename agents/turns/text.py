@@ -25,7 +25,7 @@ __all__ = [
 _DANGLING = frozenset(
     """
     a an the and or but because if than to for of with at in on by from into about
-    like my your our their um uh er erm is are was were am be thank
+    like my your our their um uh er erm is are was were am be thank i
     """.split()
 )
 

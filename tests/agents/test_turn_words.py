@@ -112,7 +112,14 @@ def test_other_turns_are_not_requests(text: str) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["I'd like to book a table for.", "And the", "Thank.", "So, um", "We need it by,"],
+    [
+        "I'd like to book a table for.",
+        "And the",
+        "Thank.",
+        "So, um",
+        "We need it by,",
+        "Yeah, I.",  # "Yeah, I | think so" over a reply's end: not an answer yet
+    ],
 )
 def test_words_that_stop_where_a_sentence_cannot_look_unfinished(text: str) -> None:
     assert looks_unfinished(text)
