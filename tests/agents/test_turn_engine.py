@@ -760,28 +760,24 @@ CASES = [
         # (held with 100 ms of the reply to come, or with all of it played)
         for reply_ms in (1100, 1000)
     ],
-    Case(
-        "a backchannel with more than a second of the reply still to come is not answered",
-        [Say(1500), Quiet(1900), Say(400), Quiet(3500)],
-        [Hears(1600, TABLE_FOR_YOU, 0.9), Hears(99_000, "Mhm.", 0.98)],
-        lambda out: (
-            ([a.text for a in out.of(Answer)] == [TABLE_FOR_YOU] and out.of(Resume))
-            or pytest.fail(str(out.decisions))
-        ),
-        bot=Bot(reply_ms=2300),
-        duplex=False,
-    ),
-    Case(
-        "a hum over a reply's end is not answered",
-        [Say(1500), Quiet(1900), Say(500), Quiet(2500)],
-        [Hears(1600, TABLE_FOR_YOU, 0.9), Hears(99_000, "And make him.", 0.1)],
-        lambda out: (
-            ([a.text for a in out.of(Answer)] == [TABLE_FOR_YOU] and out.of(Resume))
-            or pytest.fail(str(out.decisions))
-        ),
-        bot=Bot(reply_ms=1000),
-        duplex=False,
-    ),
+    *[
+        Case(
+            f"{what} over a reply's end is not answered",
+            [Say(1500), Quiet(1900), Say(speech_ms), Quiet(3500)],
+            [Hears(1600, TABLE_FOR_YOU, 0.9), Hears(99_000, said, probability)],
+            lambda out: (
+                ([a.text for a in out.of(Answer)] == [TABLE_FOR_YOU] and out.of(Resume))
+                or pytest.fail(str(out.decisions))
+            ),
+            bot=Bot(reply_ms=reply_ms),
+            duplex=False,
+        )
+        for what, speech_ms, said, probability, reply_ms in (
+            # 1.4 s of the reply still to come: the reply went on, and it was a backchannel
+            ("a backchannel with more than a second to come", 400, "Mhm.", 0.98, 2300),
+            ("a hum Whisper made words of", 500, "And make him.", 0.1, 1000),
+        )
+    ],
     Case(
         "a caller who went on before the reply was heard is waited for after",
         [Say(1500), Quiet(900), Say(1500), Quiet(1000), Say(1000)],

@@ -791,7 +791,8 @@ async def test_a_short_answer_over_the_bots_last_words_is_answered_once_they_hav
         await session.bot_said(REPLY_TEXT)
         assert "resume" in session.event_names()
         assert session.caller_turns() == ["Six."]
-        assert [(t.text, t.truncated) for t in session.conversation.turns][0] == (GREETING, False)
+        greeting = session.conversation.turns[0]
+        assert (greeting.text, greeting.truncated) == (GREETING, False)
 
 
 async def test_an_interrupted_reply_is_not_sent_any_further() -> None:
