@@ -648,7 +648,7 @@ class CascadeAgent:
         turn = self.conversation.start_bot()
         self._response_turn = turn
         self._response_audible = False
-        self.engine.reply_started()
+        self.engine.reply_started(last=then is not None)
         self._emit(ReplyStart(turn_id=turn.turn_id, kind=kind))
         self._response = self._spawn(self._respond(turn, timing, canned, note, then), "respond")
 

@@ -402,7 +402,7 @@ class CascadeDuplexBackend:
                     self._speech_run_start = self.engine.position
                     if decision.farewell and self.config.farewell:
                         self._turns.append({"role": "user", "content": decision.text})
-                        farewell = await self._say(self.config.farewell, timings)
+                        farewell = await self._say(self.config.farewell, timings, last=True)
                         farewell.caller_text = decision.text
                         _merge(outcome, farewell)
                     else:
@@ -457,9 +457,11 @@ class CascadeDuplexBackend:
         outcome.audio = audio
         outcome.sample_rate = self.tts.sample_rate
 
-    async def _say(self, text: str, timings: dict[str, float]) -> UnitOutcome:
-        """A fixed line (the reprompt): its own bot turn, kept in history."""
-        self.engine.reply_started()
+    async def _say(
+        self, text: str, timings: dict[str, float], *, last: bool = False
+    ) -> UnitOutcome:
+        """A fixed line (the reprompt, the farewell): its own bot turn, kept in history."""
+        self.engine.reply_started(last=last)
         started = time.perf_counter()
         audio = await asyncio.to_thread(self.tts.synthesize, text)
         timings["tts"] = (time.perf_counter() - started) * 1000

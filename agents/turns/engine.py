@@ -130,8 +130,12 @@ class TurnTaking:
     # words: "For how many?" answered as it ends, or a quick "Yes." into Piper's 110-240
     # ms of trailing silence, which the bot is held on. They are the caller's turn, and
     # answered once the reply has played out; resumed and played out, they were lost.
-    # Not longer: bench turns' "mhm"s come with >= 3 s of the reply still queued.
-    reply_end_words_ms: int = 1000
+    # A word or two, no more: an "Okay." over "...at seven." is no answer to a "Shall I
+    # book it?" that follows (bench turns' "mhm"s come with >= 3 s still queued).
+    reply_end_words_ms: int = 600
+    # ...and only within this long of the words' end: a reply that stalls between two
+    # clauses (a slow LLM, a busy box) was not ending when they were said.
+    reply_end_words_within_ms: int = 2000
     # A caller who goes on after a pause the bot took for their turn's end (before its
     # reply was heard, or cutting into the reply's first `continuation_heard_ms`: too
     # soon to be answering its words, and not with "No wait," or "Sorry,") has shown
@@ -426,13 +430,16 @@ class TurnEngine:
         self._carried: _Said | None = None  # the answered turn this turn goes on from
         self._patience_ms = 0  # the caller's longest pause the bot answered into, and more
         self._end_words: _EndWords | None = None
+        self._last_reply = False  # the reply ends or hands over the call
 
     # --- facts from the driver -----------------------------------------------------------
 
-    def reply_started(self) -> None:
-        """A reply (answer, greeting, reprompt...) is under way."""
+    def reply_started(self, *, last: bool = False) -> None:
+        """A reply (answer, greeting, reprompt...) is under way; `last`: a farewell or a
+        transfer's announcement, after which words said over its end are not answered."""
         self._bot_busy = True
         self._end_words = None
+        self._last_reply = last
         if self.state in (TurnState.LISTENING, TurnState.CALLER):
             self._to(TurnState.REPLYING)
 
@@ -464,9 +471,11 @@ class TurnEngine:
         state_before = self.state
         if frame.bot_audible and self._answered is not None:
             self._heard += frame.samples
-        if frame.bot_audible and self._end_words is not None:
-            self._end_words.heard += frame.samples
-            if self._end_words.heard > _samples(self.cfg.reply_end_words_ms):
+        if (words := self._end_words) is not None:
+            if frame.bot_audible:
+                words.heard += frame.samples
+            late = self.position - words.result.end > _samples(self.cfg.reply_end_words_within_ms)
+            if words.heard > _samples(self.cfg.reply_end_words_ms) or late:
                 self._end_words = None  # the reply went on: they were a backchannel
         for event in frame.events:
             if isinstance(event, SpeechStarted):
@@ -734,7 +743,7 @@ class TurnEngine:
             self._emit(Backchannel(speech_ms=speech_ms, text=result.text))
             words = result.hearing is Hearing.HEARD and not is_backchannel(result.text)
             cfg = self.cfg
-            if _answerable(result, cfg):
+            if _answerable(result, cfg) and not self._last_reply:
                 self._end_words = _EndWords(result, start=self._utterance_start)
             self._resume_wait_ms = cfg.resume_after_words_ms if words else cfg.resume_min_silence_ms
             self._resume_after = overlap.stopped or self.position
@@ -808,8 +817,18 @@ class TurnEngine:
             self._to(TurnState.LISTENING)
 
     def _commit(
-        self, text: str, start: int, end: int, silence_ms: int, said: _Said, out: list[Decision]
+        self,
+        text: str,
+        start: int,
+        end: int,
+        silence_ms: int,
+        said: _Said,
+        out: list[Decision],
+        *,
+        reopens: bool = True,
     ) -> None:
+        """Answer the caller's turn. `reopens`: a caller going on before the reply is
+        heard continues this turn from `start` (its audio is still kept)."""
         self._answered = dataclasses.replace(said, at=self.position)
         self._heard = 0
         self._resumed_at = None
@@ -818,7 +837,7 @@ class TurnEngine:
                 text=text, start=start, end=end, silence_ms=silence_ms, farewell=is_farewell(text)
             )
         )
-        self._committed = True
+        self._committed = reopens
         self._to(TurnState.REPLYING)
 
     def _answer_end_words(self, out: list[Decision]) -> None:
@@ -837,7 +856,9 @@ class TurnEngine:
             length_s=(result.end - words.start) / RATE,
             announced=announces_more(text),
         )
-        self._commit(text, words.start, result.end, silence_ms, said, out)
+        # Said over the bot, whose audio the driver keeps less of: a caller going on before
+        # the reply is heard starts a turn of their own, and these words stay answered.
+        self._commit(text, words.start, result.end, silence_ms, said, out, reopens=False)
 
     def _emit_end_of_turn(self, result: Evaluation, silence_ms: int) -> None:
         self._emit(

@@ -778,6 +778,46 @@ CASES = [
             ("a hum Whisper made words of", 500, "And make him.", 0.1, 1000),
         )
     ],
+    *[
+        Case(
+            f"a short answer over a reply's end is not answered {when}",
+            [Say(1500), Quiet(1900), Say(600), Quiet(4000)],
+            [Hears(1600, TABLE_FOR_YOU, 0.9), Hears(99_000, "Bye.", 0.98)],
+            lambda out: (
+                ([a.text for a in out.of(Answer)] == [TABLE_FOR_YOU] and out.of(Resume))
+                or pytest.fail(str(out.decisions))
+            ),
+            bot=bot,
+            duplex=False,
+        )
+        for when, bot in (
+            # "Thanks for calling. Goodbye!" - "Bye.": the call ends; no second goodbye.
+            ("when the reply ends the call", Bot(reply_ms=1100, last=True)),
+            # The reply's last clause came 2 s late: it was not ending when they spoke.
+            ("when the reply stalled after them", Bot(reply_ms=1100, made_ms=4500)),
+        )
+    ],
+    Case(
+        "a caller going on before the reply to words over a reply's end is heard starts "
+        "a turn of their own",
+        # The words' audio, said over the bot, is not kept for long: reopening them
+        # would transcribe the new words alone as "Six." plus them.
+        [Say(1500), Quiet(1900), Say(600), Quiet(700), Say(1000), Quiet(2500)],
+        [
+            Hears(1600, TABLE_FOR_YOU, 0.9),
+            Hears(4100, "Six.", 0.98),
+            Hears(99_000, "At seven.", 0.98),
+        ],
+        lambda out: (
+            (
+                [a.text for a in out.of(Answer)] == [TABLE_FOR_YOU, "Six.", "At seven."]
+                and [r.restore for r in out.of(Reopen)] == [False]
+            )
+            or pytest.fail(str(out.decisions))
+        ),
+        bot=Bot(reply_ms=1100),
+        duplex=False,
+    ),
     Case(
         "a caller who went on before the reply was heard is waited for after",
         [Say(1500), Quiet(900), Say(1500), Quiet(1000), Say(1000)],

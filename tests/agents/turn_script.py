@@ -99,9 +99,11 @@ class Bot:
     starts_at: int | None = None  # ms when the pending reply becomes audible
     held: bool = False
     # The reply is all made (every clause sent) this long after it becomes audible; its
-    # audio plays on. None: made just as its last audio plays.
+    # audio plays on (made after its audio ends: the reply stalled, silent but busy).
+    # None: made just as its last audio plays.
     made_ms: int | None = None
     made_at: int | None = None
+    last: bool = False  # its replies end the call (a farewell)
 
 
 def run(
@@ -126,7 +128,7 @@ def run(
     pending_eval: list[tuple[int, Evaluate]] = []  # (due ms, ticket)
 
     def reply(ms: int) -> None:
-        engine.reply_started()
+        engine.reply_started(last=bot.last)
         bot.remaining = bot.reply_ms
         bot.starts_at = ms + bot.latency_ms
         bot.made_at = None if bot.made_ms is None else bot.starts_at + bot.made_ms
@@ -168,7 +170,8 @@ def run(
                 bot.remaining -= 20
             if bot.remaining <= 0:
                 bot.starts_at = None
-                engine.reply_done()
+                if bot.made_at is None:  # (else more is still being made: a stall)
+                    engine.reply_done()
         if bot.made_at is not None and ms >= bot.made_at:
             bot.made_at = None
             engine.reply_done()
