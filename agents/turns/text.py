@@ -25,7 +25,7 @@ __all__ = [
 _DANGLING = frozenset(
     """
     a an the and or but because if than to for of with at in on by from into about
-    like my your our their um uh er erm is are was were am be thank i
+    like my your our their um uh er erm is are was were am be thank
     """.split()
 )
 
@@ -69,6 +69,8 @@ def looks_unfinished(text: str) -> bool:
         return False
     if words[-1] in _DANGLING and not stripped.endswith("?"):
         return True
+    if words[-1] == "i" and not (len(words) > 1 and _verb_like(words[-2])):
+        return True  # "Yeah, I | think so"; "So do I." is whole
     last = _WORD.findall(sentences(stripped)[-1].lower())
     return _clause_without_verb(last) or _subject_without_verb(last)
 

@@ -161,6 +161,8 @@ def test_a_clause_with_its_subject_and_no_verb_yet_looks_unfinished(text: str) -
         "My order arrived.",
         "My account number 4729.",  # the number is the sentence's point
         "My account number is 4 7 2.",
+        "So do I.",
+        "Neither am I.",
     ],
 )
 def test_finished_words_do_not_look_unfinished(text: str) -> None:
