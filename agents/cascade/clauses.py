@@ -25,13 +25,19 @@ _UNSPEAKABLE = re.compile(r"[*_#`~>|\[\]{}<]|[\U0001F000-\U0001FAFF\u2600-\u27BF
 # ("...on our website: www.hotel-online.com/booking/table/Friday-Night/Booking.html."),
 # 9 s of speech the TTS made slower than the clause before it played: the caller heard
 # gaps. Spoken as the site's name, "hotel-online dot com".
-_TLDS = "com|org|net|edu|gov|io|co|uk|us|ca|au|de|fr|info|biz|app|ai|me|tv"
-_HOST = rf"((?:[a-z0-9-]+\.)+(?:{_TLDS}))\b"
-_PATH = r"(?:[/?#][^\s()]*[^\s().,!?;:'\"])?/?"
-_URL = re.compile(rf"(?:\bhttps?://)?(?:\bwww\.)?\b{_HOST}{_PATH}", re.IGNORECASE)
-_EMAIL = re.compile(rf"\b([\w.+-]+)@{_HOST}", re.IGNORECASE)
-# A link's address in brackets after its text or after itself (markdown): said once.
-_LINK_IN_PARENTHESES = re.compile(rf"\(\s*(?:https?://)?(?:www\.)?{_HOST}{_PATH}\s*\)", re.I)
+_TLDS = (
+    "com|org|net|edu|gov|io|co|uk|us|ca|au|de|fr|info|biz|app|ai|me|tv"
+    "|nz|br|jp|es|nl|eu|ie|za|mx|ch|se"
+)
+# Lower-case top-level domains only ("Thanks.Me too" is a missing space), up to 8 labels
+# of at most 63 characters each: bounded, so a long run of dotted text costs linear time.
+_HOST = rf"((?:[A-Za-z0-9-]{{1,63}}\.){{1,8}}(?:{_TLDS}))(?![\w-]|\.[A-Za-z0-9])"
+_PATH = r"(?::\d{1,5})?(?:[/?#][^\s()]*[^\s().,!?;:'\"])?/?"
+_URL = re.compile(rf"(?:\bhttps?://)?(?:\bwww\.)?\b{_HOST}{_PATH}")
+_EMAIL = re.compile(rf"\b([\w.+-]{{1,64}})@{_HOST}")
+# A link's address in brackets right after its text or after itself (markdown's
+# "[text](url)", "url(url)"): said once. "our website (www.x.com)" keeps it.
+_LINK_IN_PARENTHESES = re.compile(rf"(?<=[\]\w/])\(\s*(?:https?://)?(?:www\.)?{_HOST}{_PATH}\s*\)")
 
 
 def _spoken_host(host: str) -> str:
