@@ -35,6 +35,7 @@ from agents.events import (
     TurnCapped,
 )
 from agents.turns.text import (
+    addresses_the_listener,
     announces_more,
     asks_a_question,
     claims_the_floor,
@@ -895,8 +896,12 @@ class TurnEngine:
             # four of five bench runs (tiny.en and base, every line).
             last = sentences(text)[-1] if text.strip() else ""
             asked = last.rsplit(",", 1)[-1]
-            worded = len(asked.split()) >= 3 or sure
-            question = last.endswith("?") and worded and not unfinished
+            # ...and one of several words asks the listener ("can you read it back?"):
+            # a reader's garble Whisper made a question of does not ("...Okay, did I
+            # wrap in 12 maker tree?" for the address, espeak under babble, Smart Turn
+            # 0.02, answered 250 ms into a pause in three runs of two stops).
+            worded = len(asked.split()) >= 3 and addresses_the_listener(asked)
+            question = last.endswith("?") and (worded or sure) and not unfinished
         else:
             question = (asks_a_question(text) or makes_a_request(text)) and not unfinished
         # How long a pause ends the turn, by what the words say. Smart Turn scores flat

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "addresses_the_listener",
     "asks_a_question",
     "claims_the_floor",
     "is_backchannel",
@@ -73,6 +74,15 @@ def looks_unfinished(text: str) -> bool:
         return True  # "Yeah, I | think so"; "So do I." is whole
     last = _WORD.findall(sentences(stripped)[-1].lower())
     return _clause_without_verb(last) or _subject_without_verb(last)
+
+
+_LISTENER = frozenset("you your yours you're you'll you've you'd".split())
+
+
+def addresses_the_listener(text: str) -> bool:
+    """The words speak to the one listening ("can you...", "is your..."): a question
+    of them is put to the bot, not read out or made up of a garble."""
+    return any(word in _LISTENER for word in _WORD.findall(text.lower()))
 
 
 def only_trails_off(text: str) -> bool:

@@ -649,6 +649,22 @@ CASES = [
         ),
     ),
     Case(
+        "a reader's garble Whisper made a question of is not answered in the pause after it",
+        # espeak at 145 wpm under babble, "The address is twelve Baker Street, flat
+        # three": "...dinner chocolate Okay, did I wrap in 12 maker tree?" (Smart Turn
+        # 0.02), answered 250 ms into the pause in three bench runs of two stops.
+        [Say(6000), Quiet(700), Say(2000)],
+        [
+            Hears(
+                6100, "I'm reading my order. Two pizzas. Okay, did I wrap in 12 maker tree?", 0.02
+            ),
+            Hears(99_000, "I'm reading my order. Two pizzas. Flat three. That's all.", 0.02),
+        ],
+        never_answered_before(
+            6000 + 700 + 2000, "I'm reading my order. Two pizzas. Flat three. That's all."
+        ),
+    ),
+    Case(
         "a reader's question after a comma is answered fast",
         [Say(6000)],
         [Hears(99_000, "I'm reading my order. Two pizzas. That's all, can you read it?", 0.3)],

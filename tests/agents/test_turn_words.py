@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents.turns.text import (
+    addresses_the_listener,
     announces_more,
     asks_a_question,
     claims_the_floor,
@@ -262,6 +263,21 @@ def test_only_the_ellipsis_leaves_some_words_unfinished(text: str, trails_off: b
 )
 def test_words_that_stop_or_correct_the_bot_open_an_interruption(text: str) -> None:
     assert opens_an_interruption(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "addressed"),
+    [
+        ("can you read it back to me?", True),
+        ("Is your kitchen open?", True),
+        ("You'll call me back?", True),
+        ("did I wrap in 12 maker tree?", False),
+        ("Is it open?", False),
+        ("Younger guests welcome?", False),  # a word that starts like one is not
+    ],
+)
+def test_a_question_to_the_listener_says_you(text: str, addressed: bool) -> None:
+    assert addresses_the_listener(text) is addressed
 
 
 @pytest.mark.parametrize(
