@@ -225,6 +225,14 @@ _CLOSINGS = re.compile(
     r"^(?:(?:thanks|thank you|okay|ok|no|well|so)\s+)*(?:that's|that is) (?:all|it|everything)$"
 )
 
+# An acknowledgement on its own mostly leads on too: "Great, | thanks a lot. Goodbye!"
+# came back "Great." (Smart Turn 0.98, babble line) and was answered 200 ms into the
+# comma's pause, over "thanks a lot". A lone "Great." waits a statement's 700 ms.
+_ACKNOWLEDGEMENTS = re.compile(
+    r"^(?:(?:oh|okay|ok) )?(?:great|okay|ok|alright|all right|perfect|awesome|wonderful"
+    r"|excellent|cool)$"
+)
+
 
 def claims_the_floor(text: str) -> bool:
     """Words that open a turn rather than make one: "No wait.", "Hold on.", "Actually.",
@@ -241,7 +249,8 @@ def claims_the_floor(text: str) -> bool:
     joined = " ".join(words)
     if _FLOOR_CLAIMS.search(joined) is not None:
         return True
-    return any(rule.match(joined) is not None for rule in (_THANKS, _OPENERS, _CLOSINGS))
+    rules = (_THANKS, _OPENERS, _CLOSINGS, _ACKNOWLEDGEMENTS)
+    return any(rule.match(joined) is not None for rule in rules)
 
 
 # How a caller cutting into the bot opens: to stop or correct it, not to go on with

@@ -186,6 +186,8 @@ def test_finished_words_do_not_look_unfinished(text: str) -> None:
         "So.",
         "Thanks, that's all.",  # the goodbye follows a sentence's pause later
         "No, that's it.",
+        "Great.",  # "Great, | thanks a lot. Goodbye!" under babble
+        "Okay, perfect.",
     ],
 )
 def test_words_that_open_a_turn_claim_the_floor(text: str) -> None:
