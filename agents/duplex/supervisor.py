@@ -29,7 +29,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -37,6 +37,7 @@ from typing import Any
 
 from agents.duplex.local import spawn_worker
 from agents.duplex.pool import http_health
+from agents.environment import child_environment
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class WorkerSupervisor:
         first_port: int,
         *,
         env: Mapping[str, str] | None = None,
+        worker_envs: Sequence[Mapping[str, str]] = (),
         backend: str = "cascade",
         log_dir: Path | None = None,
         command: Command | None = None,
@@ -82,7 +84,12 @@ class WorkerSupervisor:
             LocalWorker(index, first_port + index, f"ws://127.0.0.1:{first_port + index}")
             for index in range(count)
         ]
-        self._env = {**os.environ, **(env or {})}
+        env = {**child_environment(), **(env or {})}  # no Twilio secrets
+        # Each worker's own variables over the common ones (its LLM server).
+        self._envs = [
+            {**env, **(worker_envs[index] if index < len(worker_envs) else {})}
+            for index in range(count)
+        ]
         self._backend = backend
         self._log_dir = log_dir
         self._command = command
@@ -221,7 +228,7 @@ class WorkerSupervisor:
         worker.process = spawn_worker(
             worker.index,
             worker.port,
-            env=self._env,
+            env=self._envs[worker.index],
             backend=self._backend,
             log_dir=self._log_dir,
             command=command,

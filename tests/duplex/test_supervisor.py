@@ -8,6 +8,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -103,3 +104,28 @@ async def test_a_worker_that_keeps_dying_is_restarted_with_growing_backoff() -> 
                 await asyncio.sleep(0.02)
         assert worker.spawned >= 4
     assert [delays[n] for n in (1, 2, 3, 4)] == [0.1, 0.2, 0.4, 0.8]
+
+
+def environment_of(pid: int) -> dict[str, str]:
+    environ = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in environ.decode().split("\0") if "=" in item)
+
+
+async def test_each_local_worker_gets_its_own_variables_and_no_twilio_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each worker writes on an LLM server of its own (`share_embedded_llm`); none may
+    # hold the gateway's Twilio token, as `offhook worker` never checks signatures.
+    monkeypatch.setenv("TWILIO_AUTH_TOKEN", "tw-secret")
+    own = [
+        {"LLM_BASE_URL": "http://127.0.0.1:9001/v1"},
+        {"LLM_BASE_URL": "http://127.0.0.1:9002/v1"},
+    ]
+    async with supervised(2, env={"UNIT_MS": "500"}, worker_envs=own) as supervisor:
+        environs = []
+        for worker in supervisor.workers:
+            assert worker.process is not None
+            environs.append(environment_of(worker.process.pid))
+    assert [e["LLM_BASE_URL"] for e in environs] == [o["LLM_BASE_URL"] for o in own]
+    assert all(e["UNIT_MS"] == "500" for e in environs)
+    assert not any("TWILIO_AUTH_TOKEN" in e for e in environs)
