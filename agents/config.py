@@ -63,6 +63,11 @@ class ModelSettings(Protocol):
     def llm_embedded_port(self) -> int: ...
 
     @property
+    def llm_embedded_shared(self) -> int:
+        """With a fixed port: the servers from it other processes write on."""
+        ...
+
+    @property
     def llm_servers(self) -> int:
         """How many embedded llama.cpp servers to start (with no LLM_BASE_URL)."""
         ...
@@ -103,6 +108,9 @@ class EmbeddedLlmSettings(Protocol):
 
     @property
     def llm_embedded_port(self) -> int: ...
+
+    @property
+    def llm_servers(self) -> int: ...
 
     def replace(self, **changes: Any) -> Self:
         """A copy with `changes` applied."""

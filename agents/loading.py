@@ -59,8 +59,7 @@ async def load_models(
     # A server per call (the embedded default) lets every call draft its replies; one
     # the local workers write on too is not the calls' own.
     servers = len(llm.members) if isinstance(llm, ChatPool) else 1
-    if _shares_first_server(settings):
-        servers -= 1
+    servers -= shared_servers(settings, servers)
     models = CascadeModels(
         stt=stt, tts=tts, llm=llm, end_of_turn=end_of_turn, drafts=DraftBoard(servers)
     )
@@ -104,15 +103,25 @@ async def _language_model(
         stack.push_async_callback(chat.aclose)
     if len(chats) == 1:
         return chats[0]
-    return ChatPool(chats, shared_first=_shares_first_server(settings))
+    return ChatPool(chats, shared=shared_servers(settings, len(chats)))
 
 
-def _shares_first_server(settings: ModelSettings) -> bool:
-    """The first embedded server has a fixed port (LLM_EMBEDDED_PORT) because other
-    processes write on it: `serve --local-workers` points its workers there. Calls of
-    this process sharing it drafted there and held the workers' replies back: 4 calls
-    in `offhook bench pool`, 2 on workers, mouth to mouth p90 7.1 s."""
-    return not settings.llm_base_url and settings.llm_embedded_port != 0
+def shared_servers(settings: ModelSettings, count: int) -> int:
+    """How many of `count` embedded servers other processes write on: those with a
+    fixed port (LLM_EMBEDDED_PORT, then consecutive ones): `serve --local-workers`
+    points each worker at one. Calls of this process sharing the first drafted there
+    and held the workers' replies back: 4 calls in `offhook bench pool`, 2 on workers,
+    mouth to mouth p90 7.1 s."""
+    if settings.llm_base_url or not settings.llm_embedded_port:
+        return 0
+    return min(settings.llm_embedded_shared, count)
+
+
+def server_ports(settings: ModelSettings, count: int) -> list[int]:
+    """The embedded servers' ports: the first fixed one (LLM_EMBEDDED_PORT) and the
+    other shared ones after it; 0 (any free port) for the rest."""
+    fixed = max(shared_servers(settings, count), 1 if settings.llm_embedded_port else 0)
+    return [settings.llm_embedded_port + i if i < fixed else 0 for i in range(count)]
 
 
 async def _start_embedded_servers(
@@ -129,8 +138,8 @@ async def _start_embedded_servers(
     """
     threads = [settings.model_threads if index == 0 else 1 for index in range(count)]
     servers = [
-        EmbeddedLlamaServer(gguf, port=settings.llm_embedded_port if index == 0 else 0, threads=n)
-        for index, n in enumerate(threads)
+        EmbeddedLlamaServer(gguf, port=port, threads=n)
+        for port, n in zip(server_ports(settings, count), threads, strict=True)
     ]
     for server in servers:
         stack.push_async_callback(server.stop)

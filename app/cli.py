@@ -36,9 +36,12 @@ def serve(args: argparse.Namespace) -> int:
         from agents.duplex.local import share_embedded_llm
         from agents.duplex.supervisor import WorkerSupervisor
 
-        settings, worker_env = share_embedded_llm(settings)
+        settings, worker_envs = share_embedded_llm(settings, args.local_workers)
         workers = WorkerSupervisor(
-            args.local_workers, args.worker_port, env=worker_env, backend=args.worker_backend
+            args.local_workers,
+            args.worker_port,
+            worker_envs=worker_envs,
+            backend=args.worker_backend,
         )
         urls = [*settings.worker_urls, *workers.urls]
         settings = settings.replace(duplex_workers=",".join(urls))

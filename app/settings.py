@@ -297,6 +297,13 @@ class Settings:
         "Port of the first embedded llama.cpp server (0: pick a free one). Fixed, it is "
         "for other processes too (`serve --local-workers` sets it): calls use it last.",
     )
+    llm_embedded_shared: int = _env_field(
+        "LLM_EMBEDDED_SHARED",
+        1,
+        "With LLM_EMBEDDED_PORT set: how many embedded servers, on consecutive ports from "
+        "it, other processes write on too (`serve --local-workers N` sets one per worker, "
+        "at most LLM_EMBEDDED_SERVERS): calls use them last.",
+    )
     llm_embedded_servers: int = _env_field(
         "LLM_EMBEDDED_SERVERS",
         0,
@@ -426,6 +433,14 @@ class Settings:
         if self.llm_embedded_servers < 0:
             raise SettingsError(
                 f"LLM_EMBEDDED_SERVERS must be >= 0, got {self.llm_embedded_servers}"
+            )
+        if self.llm_embedded_shared < 0:
+            raise SettingsError(f"LLM_EMBEDDED_SHARED must be >= 0, got {self.llm_embedded_shared}")
+        fixed = min(max(self.llm_embedded_shared, 1), self.llm_servers)
+        if self.llm_embedded_port and self.llm_embedded_port + fixed > 65536:
+            raise SettingsError(
+                f"LLM_EMBEDDED_PORT {self.llm_embedded_port} leaves no room for "
+                f"{fixed} servers on consecutive ports"
             )
         if self.llm_tools not in ("auto", "on", "off"):
             raise SettingsError(f"LLM_TOOLS must be auto, on or off, got {self.llm_tools!r}")

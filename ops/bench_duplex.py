@@ -67,7 +67,11 @@ class LocalDeployment:
 
         self.workers.stop()
         self.workers = LocalWorkers(
-            len(self.workers.urls), self.worker_port, env=self.env, log_dir=self.log_dir
+            len(self.workers.urls),
+            self.worker_port,
+            env=self.env,
+            worker_envs=self.workers.worker_envs,
+            log_dir=self.log_dir,
         )
         self.workers.wait_idle()
         self.pool_idle(len(self.workers.urls))
@@ -84,10 +88,10 @@ def local_deployment(workers: int, worker_port: int, **overrides: Any) -> Iterat
     settings = Settings.from_env(
         public_url=f"http://127.0.0.1:{port}", twilio_auth_token=BENCH_TOKEN, **overrides
     )
-    settings, env = share_embedded_llm(settings)
-    env["LOG_LEVEL"] = "WARNING"
+    settings, worker_envs = share_embedded_llm(settings, workers)
+    env = {"LOG_LEVEL": "WARNING"}
     log_dir = Path(tempfile.mkdtemp(prefix="offhook-bench-workers-"))
-    local = LocalWorkers(workers, worker_port, env=env, log_dir=log_dir)
+    local = LocalWorkers(workers, worker_port, env=env, worker_envs=worker_envs, log_dir=log_dir)
     urls = ",".join(local.urls)
     servers = ServerThread()
     try:

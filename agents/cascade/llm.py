@@ -244,21 +244,24 @@ class ChatPool:
     turns at once, the fourth caller's first clause waited for three whole replies
     (p90 2.1-2.3 s on 2 cores in `offhook bench llm`); with a server per call, 1.1 s.
 
-    `shared_first`: the first member also writes for clients outside this pool (`serve
-    --local-workers` points its workers at it), which the pool cannot see: calls home
-    there last, and a reply goes there only when every other member is as busy (so a
-    call that had to make its home there writes on the others while they are idle,
-    at the cost of their prompt caches: only when there are more calls than servers).
+    `shared`: the first `shared` members also write for clients outside this pool
+    (`serve --local-workers` points each worker at one), which the pool cannot see:
+    calls home there last, and a reply goes there only when every other member is as
+    busy (so a call that had to make its home there writes on the others while they
+    are idle, at the cost of their prompt caches: only when there are more calls than
+    servers).
     """
 
-    def __init__(self, members: Sequence[PooledChat], *, shared_first: bool = False) -> None:
+    def __init__(self, members: Sequence[PooledChat], *, shared: int = 0) -> None:
         if not members:
             raise ValueError("a chat pool needs at least one member")
+        if not 0 <= shared <= len(members):
+            raise ValueError(f"{shared} shared members of a pool of {len(members)}")
         self.members = list(members)
         self._active = [0] * len(members)
         self._last: list[list[Message]] = [[] for _ in members]
         self._homes = [0] * len(members)  # calls whose conversation each member keeps
-        self._outside = [1 if shared_first and index == 0 else 0 for index in range(len(members))]
+        self._outside = [1 if index < shared else 0 for index in range(len(members))]
 
     def session(self) -> ChatSession:
         """A call's own view of the pool: its replies go to one member (its home) while
@@ -422,6 +425,24 @@ def free_local_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def free_local_ports(count: int, *, tries: int = 50) -> int:
+    """The first of `count` consecutive ports free on 127.0.0.1 now (for servers other
+    processes are told the address of before they start, like the workers' own ports)."""
+    for _ in range(tries):
+        first = free_local_port()
+        if first + count > 65536:
+            continue
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(first, first + count):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return first
+    raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1 in {tries} tries")
 
 
 class EmbeddedLlamaServer:

@@ -15,13 +15,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 import httpx
 
-from agents.cascade.llm import free_local_port
+from agents.cascade.llm import free_local_ports
 from agents.config import EmbeddedLlmSettings
 from agents.environment import child_environment
 
@@ -37,16 +37,26 @@ def _end_with_parent() -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def share_embedded_llm(settings: S) -> tuple[S, dict[str, str]]:
-    """Pin the embedded LLM's port so workers can reach it; their environment to do so.
+def share_embedded_llm(settings: S, workers: int) -> tuple[S, list[dict[str, str]]]:
+    """Pin embedded LLM servers' ports, one per worker (at most LLM_EMBEDDED_SERVERS,
+    then shared in turn), so workers can reach them; each worker's environment to do so.
 
-    With LLM_BASE_URL set, workers inherit it and nothing changes.
+    A server writes one reply at a time: 2 workers on one server each waited out the
+    other's whole reply (`offhook bench pool`, 3-4 calls, p90 2.5-3.0 s). With
+    LLM_BASE_URL set, workers inherit it and nothing changes.
     """
     if settings.llm_base_url:
-        return settings, {}
-    port = settings.llm_embedded_port or free_local_port()
-    env = {"LLM_BASE_URL": f"http://127.0.0.1:{port}/v1", "LLM_MODEL": EMBEDDED_LLM_NAME}
-    return settings.replace(llm_embedded_port=port), env
+        return settings, [{} for _ in range(workers)]
+    shared = max(1, min(workers, settings.llm_servers))
+    port = settings.llm_embedded_port or free_local_ports(shared)
+    envs = [
+        {
+            "LLM_BASE_URL": f"http://127.0.0.1:{port + index % shared}/v1",
+            "LLM_MODEL": EMBEDDED_LLM_NAME,
+        }
+        for index in range(workers)
+    ]
+    return settings.replace(llm_embedded_port=port, llm_embedded_shared=shared), envs
 
 
 def spawn_worker(
@@ -88,16 +98,21 @@ class LocalWorkers:
         first_port: int,
         *,
         env: Mapping[str, str] | None = None,
+        worker_envs: Sequence[Mapping[str, str]] = (),
         backend: str = "cascade",
         log_dir: Path | None = None,
     ) -> None:
         self.urls: list[str] = []
         self.processes: list[subprocess.Popen[bytes]] = []
         child_env = {**child_environment(), **(env or {})}  # no Twilio secrets
+        self.worker_envs = list(worker_envs)
         for index in range(count):
             port = first_port + index
+            own = worker_envs[index] if index < len(worker_envs) else {}
             self.processes.append(
-                spawn_worker(index, port, env=child_env, backend=backend, log_dir=log_dir)
+                spawn_worker(
+                    index, port, env={**child_env, **own}, backend=backend, log_dir=log_dir
+                )
             )
             self.urls.append(f"ws://127.0.0.1:{port}")
 

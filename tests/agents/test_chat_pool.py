@@ -122,20 +122,26 @@ async def test_each_call_keeps_to_a_server_of_its_own() -> None:
     assert (await heard(third, "Hours?")).startswith("a")
 
 
-async def test_the_server_local_workers_write_on_is_the_calls_last_choice() -> None:
-    # `serve --local-workers` points its workers at the first server, which the pool
-    # cannot see busy: calls there drafted and held the workers' replies back.
-    members = [HeldChat("a"), HeldChat("b"), HeldChat("c")]
+async def test_the_servers_local_workers_write_on_are_the_calls_last_choice() -> None:
+    # `serve --local-workers` points each worker at one of the first servers, which the
+    # pool cannot see busy: calls there drafted and held the workers' replies back.
+    members = [HeldChat("a"), HeldChat("b"), HeldChat("c"), HeldChat("d")]
     for member in members:
         member.finish.set()
-    pool = ChatPool(members, shared_first=True)
-    sessions = [pool.session() for _ in range(3)]
-    assert [session.home for session in sessions] == [1, 2, 0]
-    sessions[2].close()
+    pool = ChatPool(members, shared=2)
+    sessions = [pool.session() for _ in range(4)]
+    assert [session.home for session in sessions] == [2, 3, 0, 1]
+    for session in sessions[2:]:
+        session.close()
     words = [delta async for delta in pool.stream(asking("Parking?"))]
-    assert words[0].strip() == "b", "a reply outside any call goes to an idle own server"
+    assert words[0].strip() == "c", "a reply outside any call goes to an idle own server"
     for session in sessions[:2]:
         session.close()
+
+
+def test_a_pool_cannot_share_more_members_than_it_has() -> None:
+    with pytest.raises(ValueError, match="3 shared members of a pool of 2"):
+        ChatPool([HeldChat("a"), HeldChat("b")], shared=3)
 
 
 async def test_a_call_whose_server_is_busy_is_answered_by_another() -> None:

@@ -114,6 +114,15 @@ def test_check_refuses_no_calls_at_all() -> None:
         Settings.from_env({"MAX_CALLS": "0"})
 
 
+def test_check_refuses_shared_servers_past_the_last_port() -> None:
+    with pytest.raises(SettingsError, match="LLM_EMBEDDED_SHARED"):
+        Settings.from_env({"LLM_EMBEDDED_SHARED": "-1"})
+    environ = {"LLM_EMBEDDED_PORT": "65535", "LLM_EMBEDDED_SHARED": "2"}
+    with pytest.raises(SettingsError, match="no room for 2 servers"):
+        Settings.from_env(environ)
+    assert Settings.from_env({"LLM_EMBEDDED_PORT": "65535"}).llm_embedded_port == 65535
+
+
 def test_check_also_applies_to_keyword_overrides() -> None:
     with pytest.raises(SettingsError, match="CHUNK_MS"):
         Settings.from_env({}, chunk_ms=5)

@@ -1,0 +1,73 @@
+"""`serve --local-workers N` without LLM_BASE_URL: each worker writes on an embedded
+llama.cpp server of its own, started by the gateway on a port pinned before the
+workers start; the gateway's calls write on the others first."""
+
+from __future__ import annotations
+
+import socket
+
+from agents.cascade.llm import free_local_ports
+from agents.duplex.local import share_embedded_llm
+from agents.loading import server_ports, shared_servers
+from app.settings import Settings
+
+
+def test_each_worker_gets_a_server_of_its_own() -> None:
+    settings, envs = share_embedded_llm(Settings.from_env({}), 2)
+
+    first = settings.llm_embedded_port
+    assert first > 0 and settings.llm_embedded_shared == 2
+    assert [env["LLM_BASE_URL"] for env in envs] == [
+        f"http://127.0.0.1:{first}/v1",
+        f"http://127.0.0.1:{first + 1}/v1",
+    ]
+    assert all(env["LLM_MODEL"] for env in envs)
+    # MAX_CALLS=4 servers: the workers' two on their pinned ports, two for the calls.
+    assert server_ports(settings, settings.llm_servers) == [first, first + 1, 0, 0]
+    assert shared_servers(settings, settings.llm_servers) == 2
+
+
+def test_more_workers_than_servers_share_them_in_turn() -> None:
+    settings, envs = share_embedded_llm(Settings.from_env({}, llm_embedded_servers=2), 3)
+
+    first = settings.llm_embedded_port
+    ports = [int(env["LLM_BASE_URL"].split(":")[2].split("/")[0]) for env in envs]
+    assert ports == [first, first + 1, first]
+    assert server_ports(settings, 2) == [first, first + 1]
+    assert shared_servers(settings, 2) == 2
+
+
+def test_a_configured_llm_endpoint_is_left_to_the_workers() -> None:
+    hosted = Settings.from_env({}, llm_base_url="http://llm:8000/v1", llm_model="m")
+
+    settings, envs = share_embedded_llm(hosted, 2)
+
+    assert settings == hosted
+    assert envs == [{}, {}]  # they inherit LLM_BASE_URL like every other variable
+    assert shared_servers(settings, 4) == 0
+
+
+def test_a_fixed_port_alone_shares_only_the_first_server() -> None:
+    # LLM_EMBEDDED_PORT set by hand: another process writes on that server.
+    settings = Settings.from_env({"LLM_EMBEDDED_PORT": "18000"})
+
+    assert server_ports(settings, 4) == [18000, 0, 0, 0]
+    assert shared_servers(settings, 4) == 1
+    private = Settings.from_env({"LLM_EMBEDDED_PORT": "18000", "LLM_EMBEDDED_SHARED": "0"})
+    assert server_ports(private, 4) == [18000, 0, 0, 0]
+    assert shared_servers(private, 4) == 0
+
+
+def test_no_fixed_port_shares_nothing() -> None:
+    settings = Settings.from_env({})
+
+    assert server_ports(settings, 4) == [0, 0, 0, 0]
+    assert shared_servers(settings, 4) == 0
+
+
+def test_consecutive_free_ports_can_all_be_bound() -> None:
+    first = free_local_ports(3)
+
+    for port in range(first, first + 3):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
