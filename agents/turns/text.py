@@ -304,7 +304,7 @@ _POLITE = frozenset(
     """
     that's thats that is all it thanks thank you so much very okay ok great perfect alright
     right no cool and then well again for your help everything lovely wonderful a lot
-    lots
+    lots oh ah yeah yes yep sure fine good now cheers
     """.split()
 )
 

@@ -9,6 +9,7 @@ from agents.turns.text import (
     announces_more,
     asks_a_question,
     claims_the_floor,
+    is_farewell,
     looks_unfinished,
     makes_a_request,
     only_trails_off,
@@ -294,3 +295,35 @@ def test_a_question_to_the_listener_says_you(text: str, addressed: bool) -> None
 )
 def test_a_sentence_going_on_opens_no_interruption(text: str) -> None:
     assert not opens_an_interruption(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Bye.",
+        "Thanks, bye.",
+        "Thank you so much, goodbye!",
+        "That's all. Goodbye!",
+        "Oh, bye.",  # espeak's "Bye!" after a clause cut short, as tiny.en heard it
+        "Okay, bye now.",
+        "Yeah, bye bye.",
+        "Cheers, see you.",
+        "Great, thanks a lot. Have a good day.",
+    ],
+)
+def test_a_goodbye_is_a_farewell(text: str) -> None:
+    assert is_farewell(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Bye, but first tell me the hours.",
+        "Goodbye? Are you hanging up?",
+        "Yes, I said bye to my sister and then the table was gone.",
+        "Thank you.",  # thanks alone keeps the call: the caller may go on
+        "Okay.",
+    ],
+)
+def test_words_around_a_goodbye_that_ask_more_are_not_a_farewell(text: str) -> None:
+    assert not is_farewell(text)
