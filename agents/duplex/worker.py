@@ -427,8 +427,8 @@ def create_worker_app(
         if websocket.application_state is WebSocketState.CONNECTED:
             try:
                 await websocket.close(1000)
-            except (RuntimeError, OSError):
-                pass  # the gateway went first
+            except (WebSocketDisconnect, RuntimeError, OSError):
+                pass  # the gateway went first (uvicorn says so only when we send)
 
     app = Starlette(
         routes=[Route("/health", health), WebSocketRoute("/session", session)],

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 import httpx
 import numpy as np
 import pytest
+from starlette.types import ASGIApp, Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -89,10 +90,29 @@ class FakeBackend:
         return 12.5
 
 
+class RaisedFromTheApp:
+    """ASGI middleware keeping what the worker app let escape (uvicorn would log it as
+    "Exception in ASGI application")."""
+
+    def __init__(self, app: ASGIApp, raised: list[BaseException]) -> None:
+        self.app = app
+        self.raised = raised
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except Exception as exc:
+            self.raised.append(exc)
+            raise
+
+
 @asynccontextmanager
-async def serve(backend: FakeBackend, **options: float | str) -> AsyncIterator[str]:
+async def serve(
+    backend: FakeBackend, raised: list[BaseException] | None = None, **options: float | str
+) -> AsyncIterator[str]:
     """The worker app on a free port, in this test's event loop; yields host:port."""
     app = create_worker_app(backend, worker_id="w-test", **options)
+    app.add_middleware(RaisedFromTheApp, raised=[] if raised is None else raised)
     async with serve_locally(app, lifespan="on") as url:
         yield url.removeprefix("ws://")
 
@@ -302,7 +322,8 @@ async def test_pause_resume_then_pause_timeout_releases_the_worker() -> None:
 
 async def test_disconnect_mid_session_cleans_up() -> None:
     backend = FakeBackend()
-    async with serve(backend) as address:
+    raised: list[BaseException] = []
+    async with serve(backend, raised) as address:
         await wait_state(address, "idle")
         ws = await start_session(address)
         await send(ws, unit(0))
@@ -317,6 +338,7 @@ async def test_disconnect_mid_session_cleans_up() -> None:
         await recv(ws)
         await ws.close()
     assert backend.calls.count("cleanup") == 2
+    assert raised == [], "closing a connection the gateway dropped is no error"
 
 
 async def test_backend_error_is_fatal_to_the_session_not_the_worker() -> None:
