@@ -304,9 +304,11 @@ _POLITE = frozenset(
     """
     that's thats that is all it thanks thank you so much very okay ok great perfect alright
     right no cool and then well again for your help everything lovely wonderful a lot
-    lots oh ah yeah yes yep sure fine good now cheers
+    lots oh ah fine good now cheers
     """.split()
 )
+# Not "yes", "yeah", "sure": "Yes, see you then." answers "Shall I book it?", and a
+# goodbye line in its place would lose the booking.
 
 
 def is_farewell(text: str) -> bool:

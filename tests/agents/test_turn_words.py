@@ -306,7 +306,7 @@ def test_a_sentence_going_on_opens_no_interruption(text: str) -> None:
         "That's all. Goodbye!",
         "Oh, bye.",  # espeak's "Bye!" after a clause cut short, as tiny.en heard it
         "Okay, bye now.",
-        "Yeah, bye bye.",
+        "Oh, bye bye.",
         "Cheers, see you.",
         "Great, thanks a lot. Have a good day.",
     ],
@@ -322,6 +322,8 @@ def test_a_goodbye_is_a_farewell(text: str) -> None:
         "Goodbye? Are you hanging up?",
         "Yes, I said bye to my sister and then the table was gone.",
         "Thank you.",  # thanks alone keeps the call: the caller may go on
+        "Yes, see you then.",  # a yes to "Shall I book it?": the LLM answers, not a goodbye
+        "Sure, bye.",
         "Okay.",
     ],
 )
