@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import cast
@@ -17,7 +18,14 @@ import numpy as np
 from agents.assets import STT_ASSETS, ModelCache
 from agents.cascade.agent import CascadeModels, EndOfTurn
 from agents.cascade.draft import DraftBoard
-from agents.cascade.llm import ChatModel, ChatPool, EmbeddedLlamaServer, Message, OpenAIChat
+from agents.cascade.llm import (
+    ChatModel,
+    ChatPool,
+    EmbeddedLlamaServer,
+    Message,
+    OpenAIChat,
+    free_local_port,
+)
 from agents.cascade.stt import WhisperTranscriber
 from agents.cascade.tts import PiperSpeaker
 from agents.config import ModelSettings
@@ -124,6 +132,22 @@ def server_ports(settings: ModelSettings, count: int) -> list[int]:
     return [settings.llm_embedded_port + i if i < fixed else 0 for i in range(count)]
 
 
+def fill_ports(ports: Sequence[int], pick: Callable[[], int] = free_local_port) -> list[int]:
+    """`ports` with each 0 replaced by a free port none of the others has: the pinned
+    ones are free but not bound until their servers start, and the kernel may hand
+    one of them out again meanwhile."""
+    taken = {port for port in ports if port}
+    filled = []
+    for port in ports:
+        while not port:
+            candidate = pick()
+            if candidate not in taken:
+                port = candidate
+        taken.add(port)
+        filled.append(port)
+    return filled
+
+
 async def _start_embedded_servers(
     gguf: Path, settings: ModelSettings, count: int, stack: AsyncExitStack
 ) -> list[EmbeddedLlamaServer]:
@@ -137,9 +161,10 @@ async def _start_embedded_servers(
     server, 359 / 508 on 4x1, 382-391 / 1071-1079 on 2+1+1+1.
     """
     threads = [settings.model_threads if index == 0 else 1 for index in range(count)]
+    ports = fill_ports(server_ports(settings, count))
     servers = [
         EmbeddedLlamaServer(gguf, port=port, threads=n)
-        for port, n in zip(server_ports(settings, count), threads, strict=True)
+        for port, n in zip(ports, threads, strict=True)
     ]
     for server in servers:
         stack.push_async_callback(server.stop)

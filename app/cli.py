@@ -36,7 +36,12 @@ def serve(args: argparse.Namespace) -> int:
         from agents.duplex.local import share_embedded_llm
         from agents.duplex.supervisor import WorkerSupervisor
 
-        settings, worker_envs = share_embedded_llm(settings, args.local_workers)
+        try:
+            settings, worker_envs = share_embedded_llm(
+                settings, args.local_workers, worker_port=args.worker_port
+            )
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from exc
         workers = WorkerSupervisor(
             args.local_workers,
             args.worker_port,

@@ -436,6 +436,10 @@ class Settings:
             )
         if self.llm_embedded_shared < 0:
             raise SettingsError(f"LLM_EMBEDDED_SHARED must be >= 0, got {self.llm_embedded_shared}")
+        if not 0 <= self.llm_embedded_port <= 65535:
+            raise SettingsError(
+                f"LLM_EMBEDDED_PORT must be within 0..65535, got {self.llm_embedded_port}"
+            )
         fixed = min(max(self.llm_embedded_shared, 1), self.llm_servers)
         if self.llm_embedded_port and self.llm_embedded_port + fixed > 65536:
             raise SettingsError(

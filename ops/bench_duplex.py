@@ -88,7 +88,7 @@ def local_deployment(workers: int, worker_port: int, **overrides: Any) -> Iterat
     settings = Settings.from_env(
         public_url=f"http://127.0.0.1:{port}", twilio_auth_token=BENCH_TOKEN, **overrides
     )
-    settings, worker_envs = share_embedded_llm(settings, workers)
+    settings, worker_envs = share_embedded_llm(settings, workers, worker_port=worker_port)
     env = {"LOG_LEVEL": "WARNING"}
     log_dir = Path(tempfile.mkdtemp(prefix="offhook-bench-workers-"))
     local = LocalWorkers(workers, worker_port, env=env, worker_envs=worker_envs, log_dir=log_dir)

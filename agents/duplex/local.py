@@ -37,18 +37,28 @@ def _end_with_parent() -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def share_embedded_llm(settings: S, workers: int) -> tuple[S, list[dict[str, str]]]:
+def share_embedded_llm(
+    settings: S, workers: int, *, worker_port: int | None = None
+) -> tuple[S, list[dict[str, str]]]:
     """Pin embedded LLM servers' ports, one per worker (at most LLM_EMBEDDED_SERVERS,
     then shared in turn), so workers can reach them; each worker's environment to do so.
 
     A server writes one reply at a time: 2 workers on one server each waited out the
     other's whole reply (`offhook bench pool`, 3-4 calls, p90 2.5-3.0 s). With
-    LLM_BASE_URL set, workers inherit it and nothing changes.
+    LLM_BASE_URL set, workers inherit it and nothing changes. ValueError: the servers'
+    ports would not fit, or would be the workers' own (from `worker_port`).
     """
     if settings.llm_base_url:
         return settings, [{} for _ in range(workers)]
     shared = max(1, min(workers, settings.llm_servers))
     port = settings.llm_embedded_port or free_local_ports(shared)
+    if port + shared > 65536:
+        raise ValueError(f"LLM_EMBEDDED_PORT {port} leaves no room for {shared} servers")
+    if worker_port is not None and port < worker_port + workers and worker_port < port + shared:
+        raise ValueError(
+            f"the LLM servers' ports {port}..{port + shared - 1} overlap the workers' "
+            f"{worker_port}..{worker_port + workers - 1}: set LLM_EMBEDDED_PORT elsewhere"
+        )
     envs = [
         {
             "LLM_BASE_URL": f"http://127.0.0.1:{port + index % shared}/v1",

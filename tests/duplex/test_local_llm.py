@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from agents.cascade.llm import free_local_ports
 from agents.duplex.local import share_embedded_llm
-from agents.loading import server_ports, shared_servers
+from agents.loading import fill_ports, server_ports, shared_servers
 from app.settings import Settings
 
 
@@ -71,3 +73,30 @@ def test_consecutive_free_ports_can_all_be_bound() -> None:
     for port in range(first, first + 3):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))
+
+
+def test_llm_ports_that_would_be_the_workers_own_are_refused() -> None:
+    settings = Settings.from_env({"LLM_EMBEDDED_PORT": "22399"})
+
+    with pytest.raises(ValueError, match="overlap the workers'"):
+        share_embedded_llm(settings, 2, worker_port=22400)  # 22399, 22400 vs 22400, 22401
+    assert share_embedded_llm(settings, 1, worker_port=22400)[0].llm_embedded_port == 22399
+
+
+def test_llm_ports_past_the_last_port_are_refused() -> None:
+    settings = Settings.from_env({"LLM_EMBEDDED_PORT": "65535"})
+
+    with pytest.raises(ValueError, match="no room for 2 servers"):
+        share_embedded_llm(settings, 2)
+
+
+def test_other_servers_never_get_a_port_pinned_for_a_worker() -> None:
+    # The pinned ports are free until their servers start: the kernel may offer them.
+    offered = iter([18001, 18000, 18002, 18003])
+
+    assert fill_ports([18000, 18001, 0, 0], pick=lambda: next(offered)) == [
+        18000,
+        18001,
+        18002,
+        18003,
+    ]
