@@ -121,7 +121,7 @@ def test_check_refuses_shared_servers_past_the_last_port() -> None:
     with pytest.raises(SettingsError, match="no room for 2 servers"):
         Settings.from_env(environ)
     assert Settings.from_env({"LLM_EMBEDDED_PORT": "65535"}).llm_embedded_port == 65535
-    with pytest.raises(SettingsError, match="within 0..65535"):
+    with pytest.raises(SettingsError, match=r"within 0\.\.65535"):
         Settings.from_env({"LLM_EMBEDDED_PORT": "-5"})
 
 
