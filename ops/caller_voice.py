@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import tempfile
-import wave
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -18,7 +17,7 @@ import numpy as np
 
 from media.codec import mulaw_decode, mulaw_encode
 from media.resample import resample
-from media.wav import read_wav
+from media.wav import WavError, read_wav
 
 if TYPE_CHECKING:
     from piper import PiperVoice
@@ -187,7 +186,6 @@ def load_wav_8k(path: Path | str, *, trim: bool = True) -> np.ndarray:
     """
     try:
         samples, rate = read_wav(Path(path))
-    # wave.Error for a file that is not a WAV, ValueError for one that is not PCM16.
-    except (OSError, EOFError, wave.Error, ValueError) as exc:
-        raise CallerVoiceError(f"could not read {path}: {exc}") from exc
+    except WavError as exc:
+        raise CallerVoiceError(f"could not read {exc}") from exc
     return phone_line(samples, rate, trim=trim)

@@ -15,7 +15,7 @@ import numpy as np
 
 from agents.errors import BackendUnavailable
 from media.resample import resample
-from media.wav import read_wav, write_wav
+from media.wav import WavError, read_wav, write_wav
 
 VOICE_RATE = 16000  # what the model takes for its reference audio
 # About eight seconds of plain, even speech: enough for a voice prompt, short enough
@@ -48,10 +48,10 @@ def load_voice(path: str | Path) -> np.ndarray:
     """The voice WAV as 16 kHz float32 mono; BackendUnavailable when it is not usable."""
     try:
         audio, rate = read_wav(path)
-    except (OSError, EOFError, ValueError) as exc:  # wave raises EOFError on a cut file
+    except WavError as exc:
         raise BackendUnavailable(
-            f"the omni voice WAV {path} cannot be read ({exc}); set OMNI_VOICE_WAV to a "
-            "16-bit PCM WAV of 5-15 s of clear speech, or leave it empty for the bundled voice"
+            f"the omni voice WAV cannot be read ({exc}); set OMNI_VOICE_WAV to a WAV of "
+            "5-15 s of clear speech, or leave it empty for the bundled voice"
         ) from exc
     if audio.size < rate:
         raise BackendUnavailable(f"the omni voice WAV {path} is under a second long")

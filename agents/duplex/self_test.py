@@ -18,15 +18,21 @@ import numpy as np
 from agents.duplex.minicpmo import OUTPUT_RATE, UNIT_SAMPLES, MiniCPMOBackend
 from agents.duplex.omni_voice import VOICE_RATE
 from agents.duplex.protocol import Prepare
+from agents.errors import BackendUnavailable
 from media.resample import resample
-from media.wav import read_wav, write_wav
+from media.wav import WavError, read_wav, write_wav
 
 ANSWER_SILENCE_S = 10  # after the question: time for the model to answer in
 PERSONA = "You are a friendly phone assistant. Answer briefly in plain spoken English."
 
 
 def _question(path: Path) -> np.ndarray:
-    audio, rate = read_wav(path)
+    try:
+        audio, rate = read_wav(path)
+    except WavError as exc:  # before the 20 GB model loads: one line, not a traceback
+        raise BackendUnavailable(f"the question WAV {exc}") from exc
+    if audio.size == 0:
+        raise BackendUnavailable(f"the question WAV {path} holds no audio")
     if rate != VOICE_RATE:
         audio = resample(audio, rate, VOICE_RATE)
     # Whole units only: the model takes no part of one.
