@@ -4,6 +4,7 @@ AgentError
 ├── BackendError          a model backend failed (vendor errors mapped here)
 │   ├── SpeechToTextError
 │   ├── LanguageModelError
+│   │   └── LanguageModelUnreachable
 │   └── TextToSpeechError
 └── BackendUnavailable    a backend could not be started or reached at all
 """
@@ -25,6 +26,11 @@ class SpeechToTextError(BackendError):
 
 class LanguageModelError(BackendError):
     stage = "llm"
+
+
+class LanguageModelUnreachable(LanguageModelError):
+    """The LLM's endpoint could not be reached, or dropped the connection: the server
+    may be dead or restarting. Asking another (or the restarted one) may well work."""
 
 
 class TextToSpeechError(BackendError):

@@ -7,8 +7,9 @@ read from any object with the attributes of `agents.config.ModelSettings`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import cast
@@ -18,14 +19,9 @@ import numpy as np
 from agents.assets import STT_ASSETS, ModelCache
 from agents.cascade.agent import CascadeModels, EndOfTurn
 from agents.cascade.draft import DraftBoard
-from agents.cascade.llm import (
-    ChatModel,
-    ChatPool,
-    EmbeddedLlamaServer,
-    Message,
-    OpenAIChat,
-    free_local_port,
-)
+from agents.cascade.llm import ChatPool, Message, OpenAIChat
+from agents.cascade.llm_health import EmbeddedLlmSupervisor, HostedLlmWatch, LlmHealth
+from agents.cascade.llm_server import EmbeddedLlamaServer, free_local_port
 from agents.cascade.stt import WhisperTranscriber
 from agents.cascade.tts import PiperSpeaker
 from agents.config import ModelSettings
@@ -53,7 +49,7 @@ async def load_models(
         voice = await asyncio.to_thread(cache.path, "piper-joe-medium")
     turn_model = await asyncio.to_thread(cache.path, "smart-turn-v3.2")
 
-    llm = await _language_model(settings, cache, stack, llm_servers or settings.llm_servers)
+    llm, health = await load_language_model(settings, stack, llm_servers or settings.llm_servers)
     stt, tts, eot = await asyncio.gather(
         asyncio.to_thread(
             WhisperTranscriber, stt_dir, threads=threads, language=settings.stt_language
@@ -69,7 +65,12 @@ async def load_models(
     servers = len(llm.members) if isinstance(llm, ChatPool) else 1
     servers -= shared_servers(settings, servers)
     models = CascadeModels(
-        stt=stt, tts=tts, llm=llm, end_of_turn=end_of_turn, drafts=DraftBoard(servers)
+        stt=stt,
+        tts=tts,
+        llm=llm,
+        end_of_turn=end_of_turn,
+        drafts=DraftBoard(servers),
+        llm_health=health,
     )
     for line in (settings.greeting, settings.apology, settings.reprompt, settings.farewell):
         if line:
@@ -78,10 +79,19 @@ async def load_models(
     return models
 
 
-async def _language_model(
-    settings: ModelSettings, cache: ModelCache, stack: AsyncExitStack, servers: int
-) -> ChatModel:
+async def load_language_model(
+    settings: ModelSettings, stack: AsyncExitStack, servers: int
+) -> tuple[ChatPool, LlmHealth]:
+    """The LLM as a pool of chat clients, with what says whether it can answer.
+
+    Embedded servers must each write a completion before this returns (LlmStartError
+    otherwise: the process cannot serve calls); a hosted one that does not answer yet
+    only leaves the health not ready, and is asked again until it does.
+    """
+    cache = ModelCache(settings.model_cache_dir)
     tools = settings.llm_tools
+    warm = warm_up_messages(settings)
+    started: list[EmbeddedLlamaServer] = []
     if settings.llm_base_url:
         endpoints = [settings.llm_base_url]
         model, api_key = settings.llm_model, settings.llm_api_key
@@ -89,7 +99,7 @@ async def _language_model(
         gguf = Path(settings.llm_gguf) if settings.llm_gguf else None
         if gguf is None:
             gguf = await asyncio.to_thread(cache.path, "smollm2-135m-instruct")
-        started = await _start_embedded_servers(gguf, settings, servers, stack)
+        started = await _start_embedded_servers(gguf, settings, servers, stack, warm)
         endpoints = [server.base_url for server in started]
         model, api_key = started[0].model_name, ""
         if tools == "auto" and not settings.llm_gguf:
@@ -109,9 +119,42 @@ async def _language_model(
     ]
     for chat in chats:
         stack.push_async_callback(chat.aclose)
-    if len(chats) == 1:
-        return chats[0]
-    return ChatPool(chats, shared=shared_servers(settings, len(chats)))
+    health: EmbeddedLlmSupervisor | HostedLlmWatch
+    if started:
+        health = EmbeddedLlmSupervisor(started, warm_messages=warm)
+    else:
+        health = HostedLlmWatch(chats[0], endpoints[0], probe_messages=warm)
+        await health.check()  # run() says so loudly if it did not answer
+    _in_background(stack, health.run(), "llm-health")
+    pool = ChatPool(
+        chats,
+        shared=shared_servers(settings, len(chats)),
+        health=health,
+        wait_s=settings.llm_timeout_s,
+    )
+    return pool, health
+
+
+def _in_background(stack: AsyncExitStack, work: Coroutine[None, None, None], name: str) -> None:
+    """Run `work` until `stack` closes (the process's lifespan)."""
+    task = asyncio.create_task(work, name=name)
+
+    async def cancel() -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    stack.push_async_callback(cancel)
+
+
+def warm_up_messages(settings: ModelSettings) -> list[Message]:
+    """The same layout as a call's first turn: persona, greeting, caller. A server's
+    start writes its reply, which also puts the persona in its prompt cache."""
+    messages: list[Message] = [{"role": "system", "content": settings.persona()}]
+    if settings.greeting:
+        messages.append({"role": "assistant", "content": settings.greeting})
+    messages.append({"role": "user", "content": "Hello?"})
+    return messages
 
 
 def shared_servers(settings: ModelSettings, count: int) -> int:
@@ -149,7 +192,11 @@ def fill_ports(ports: Sequence[int], pick: Callable[[], int] = free_local_port) 
 
 
 async def _start_embedded_servers(
-    gguf: Path, settings: ModelSettings, count: int, stack: AsyncExitStack
+    gguf: Path,
+    settings: ModelSettings,
+    count: int,
+    stack: AsyncExitStack,
+    warm: Sequence[Message],
 ) -> list[EmbeddedLlamaServer]:
     """`count` copies of llama.cpp's server, each writing one reply at a time.
 
@@ -168,31 +215,16 @@ async def _start_embedded_servers(
     ]
     for server in servers:
         stack.push_async_callback(server.stop)
-    await asyncio.gather(*(server.start() for server in servers))
+    await asyncio.gather(*(server.start(warm_messages=warm) for server in servers))
     return servers
 
 
 async def _warm_up(models: CascadeModels, settings: ModelSettings) -> None:
     """First calls to each model are slow (allocation, caches): pay that before callers do.
 
-    The LLM warm-up also puts the system prompt into the server's prompt cache.
+    The LLM was warmed as it started (embedded) or checked (hosted), with the prompt of
+    a call's first turn (`warm_up_messages`).
     """
     silence = np.zeros(16000, dtype=np.float32)
     await asyncio.to_thread(models.stt.transcribe, silence)
     await asyncio.to_thread(models.end_of_turn.predict, silence)
-    # The same layout as a call's first turn: persona, greeting, caller.
-    messages: list[Message] = [{"role": "system", "content": settings.persona()}]
-    if settings.greeting:
-        messages.append({"role": "assistant", "content": settings.greeting})
-    messages.append({"role": "user", "content": "Hello?"})
-    llm = models.llm
-    chats = llm.members if isinstance(llm, ChatPool) else [llm]
-    await asyncio.gather(*(_warm_up_llm(chat, messages) for chat in chats))
-
-
-async def _warm_up_llm(chat: ChatModel, messages: list[Message]) -> None:
-    try:
-        async for _ in chat.stream(messages):
-            pass
-    except Exception as exc:  # a remote LLM may be down at start; calls will apologise
-        log.warning("LLM warm-up failed: %s", exc)

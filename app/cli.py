@@ -50,9 +50,16 @@ def serve(args: argparse.Namespace) -> int:
         )
         urls = [*settings.worker_urls, *workers.urls]
         settings = settings.replace(duplex_workers=",".join(urls))
+    fatal: list[str] = []
+
+    def stop_serving(reason: str) -> None:
+        # A bot whose models cannot run must not look healthy: stop, and say why.
+        fatal.append(reason)
+        server.should_exit = True
+
     # The app starts, waits for, watches and stops the local workers.
-    app = create_app(settings, local_workers=workers)
-    uvicorn.run(
+    app = create_app(settings, local_workers=workers, on_fatal=stop_serving)
+    config = uvicorn.Config(
         app,
         host=settings.bind_host,
         port=settings.port,
@@ -62,6 +69,13 @@ def serve(args: argparse.Namespace) -> int:
         proxy_headers=True,
         ws="websockets-sansio",
     )
+    server = uvicorn.Server(config)
+    server.run()
+    if fatal:
+        print(f"offhook serve: cannot start: {fatal[0]}", file=sys.stderr)
+        return 1
+    if not server.started:
+        return 3  # uvicorn's own start failed (a taken port); it said why
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 
 from starlette.applications import Starlette
@@ -15,6 +15,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from agents.cascade.agent import CascadeModels
+from agents.cascade.llm_server import LlmStartError
 from agents.duplex.supervisor import WorkerSupervisor
 from agents.loading import load_models
 from app.call import CallSession
@@ -82,7 +83,7 @@ async def voice_webhook(request: Request) -> Response:
         base = base_url(request, settings)
     except Refused as exc:
         return _refused(exc)
-    if not services.ready.is_set():
+    if not services.ready.is_set() or not services.llm_ready:
         services.metrics.rejected_calls.labels(reason="not_ready").inc()
         return _twiml(say_and_hangup_twiml(NOT_READY_MESSAGE))
     if not services.admission.reserve(call_sid):
@@ -294,13 +295,23 @@ async def _await_start(stream: TwilioStream, refusals: RefusalLog) -> Start | No
 
 
 async def healthz(request: Request) -> Response:
+    """Readiness (also at /readyz): 200 only while calls can be answered, models loaded
+    and some LLM answering. The causes are in the server's log; strangers learn only
+    the state."""
     services = _services(request)
     if services.load_error:
-        # The cause is in the server's log; strangers learn only that it failed.
         return JSONResponse({"status": "error"}, status_code=503)
     if not services.ready.is_set():
         return JSONResponse({"status": "loading"}, status_code=503)
+    if not services.llm_ready:
+        return JSONResponse({"status": "llm_unavailable"}, status_code=503)
     return JSONResponse({"status": "ok", "active_calls": services.active_calls})
+
+
+async def livez(request: Request) -> Response:
+    """Liveness: the process serves requests. Restarting it would not help a loading
+    model or a hosted LLM that is down, so this is 200 whatever readiness says."""
+    return JSONResponse({"status": "alive"})
 
 
 async def metrics(request: Request) -> Response:
@@ -312,11 +323,17 @@ def create_app(
     *,
     models: CascadeModels | None = None,
     local_workers: WorkerSupervisor | None = None,
+    on_fatal: Callable[[str], None] | None = None,
 ) -> Starlette:
     """The app. Pass `models` to share already-loaded models (tests, benchmarks).
 
     `local_workers` (`serve --local-workers`): started with the app, waited for before it
-    takes calls, watched while it runs, and stopped with it.
+    takes calls, watched while it runs, and stopped with it. Started after the app's
+    own models, since they use its embedded LLM.
+
+    `on_fatal(reason)`: the models cannot load (a dead embedded LLM, a corrupt model
+    file): `offhook serve` stops with that reason rather than serve calls it could only
+    apologise to. Without it, /healthz reports the error.
     """
     settings.check_exposure()
     services = Services(settings, models=models)
@@ -330,20 +347,27 @@ def create_app(
             )
         async with AsyncExitStack() as stack:
             stack.push_async_callback(services.scheduler.aclose)  # after all the rest
-            if local_workers is not None:
+            background: list[asyncio.Task[None]] = []
+            if services.models is not None:
+                services.adopt(services.models)
+                settle_heap()
+                services.ready.set()
+            elif local_workers is not None:
+                # The workers write on this process's embedded LLM: it must be up (and
+                # answering) before they start, or their own warm-up fails.
+                await _load(services, stack, on_fatal)
+            else:
+                background.append(
+                    asyncio.create_task(_load(services, stack, on_fatal), name="load-models")
+                )
+            if local_workers is not None and not services.load_error:
                 await stack.enter_async_context(local_workers)
+                # Before the pool's health checks: a worker still loading is no failure.
+                await local_workers.wait_ready(LOCAL_WORKERS_READY_S)
             services.pool = await open_pool(
                 services, stack, local_workers.report if local_workers is not None else None
             )
-            background: list[asyncio.Task[None]] = []
-            if services.models is None:
-                background.append(asyncio.create_task(_load(services, stack), name="load-models"))
-            else:
-                settle_heap()
-                services.ready.set()
-            if local_workers is not None:
-                # The gateway's own models load meanwhile (workers may need its LLM).
-                await local_workers.wait_ready(LOCAL_WORKERS_READY_S)
+            if local_workers is not None and not services.load_error:
                 background.append(asyncio.create_task(local_workers.run(), name="workers"))
             if settings.recording:
                 background.append(
@@ -367,6 +391,8 @@ def create_app(
             Route(CALL_STATUS_PATH, call_status_callback, methods=["POST"]),
             Route(CALLS_PATH, calls_endpoint, methods=["POST"]),
             Route("/healthz", healthz),
+            Route("/readyz", healthz),
+            Route("/livez", livez),
             Route("/metrics", metrics),
         ],
         lifespan=lifespan,
@@ -388,18 +414,30 @@ async def _look_after_records(services: Services) -> None:
     await retention_loop(store, services.settings, active=active)
 
 
-async def _load(services: Services, stack: AsyncExitStack) -> None:
+async def _load(
+    services: Services, stack: AsyncExitStack, on_fatal: Callable[[str], None] | None
+) -> None:
     try:
         models = await load_models(services.settings, stack)
     except asyncio.CancelledError:
         raise
+    except LlmStartError as exc:
+        # Its message is the cause and what to do: no traceback to read through.
+        services.load_error = str(exc)
+        log.error("cannot start: %s", exc)
     except Exception as exc:
         services.load_error = f"{type(exc).__name__}: {exc}"
         log.exception("loading models failed")
+    if services.load_error:
+        if on_fatal is not None:
+            on_fatal(services.load_error)
         return
     # Calls run their model jobs through the app's scheduler, which feeds /metrics.
     models.scheduler = services.scheduler
-    services.models = models
+    services.adopt(models)
     settle_heap()
     services.ready.set()
-    log.info("models loaded; ready for calls")
+    if services.llm_ready:
+        log.info("models loaded; ready for calls")
+    else:
+        log.error("models loaded, but no LLM answers: not ready for calls until one does")

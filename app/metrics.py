@@ -79,6 +79,15 @@ class Metrics:
             registry=r,
         )
 
+        self.llm_restarts = Counter(
+            "offhook_llm_restarts",
+            "Embedded LLM servers restarted after they died (crash, OOM kill, SIGKILL).",
+            registry=r,
+        )
+        # Set to the models' LLM health once they are loaded (app.main).
+        self.llm_ready = Gauge(
+            "offhook_llm_ready", "1 while some LLM can answer a reply, else 0.", registry=r
+        )
         self.gc_seconds = Histogram(
             "offhook_gc_pause_seconds",
             "Full garbage-collection passes after calls end (app/heap.py), on the event loop.",

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agents.cascade.agent import CascadeModels
+from agents.cascade.llm_health import EmbeddedLlmSupervisor
 from agents.duplex.pool import PoolMetrics, WorkerPool
 from agents.events import CallStatus
 
@@ -74,6 +75,25 @@ class Services:
         self.scheduler = ModelScheduler(
             on_wait=self.metrics.model_waited, on_run=self.metrics.model_ran
         )
+
+    def adopt(self, models: CascadeModels) -> None:
+        """Serve calls with `models`; their LLM's health feeds readiness and /metrics."""
+        self.models = models
+        health = models.llm_health
+        if health is not None:
+            if isinstance(health, EmbeddedLlmSupervisor):
+                health.on_restart = self.metrics.llm_restarts.inc
+            self.metrics.llm_ready.set_function(lambda: 1.0 if health.ready else 0.0)
+        else:
+            self.metrics.llm_ready.set(1)
+
+    @property
+    def llm_ready(self) -> bool:
+        """Some LLM can answer (models not loaded yet: not ready either)."""
+        if self.models is None:
+            return False
+        health = self.models.llm_health
+        return health is None or health.ready
 
     def recording_now(self) -> set[str]:
         """Calls whose records are still being written: never repaired or cleaned up."""

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from agents.assets import ModelCache
 from agents.cascade.clauses import ClauseSplitter
-from agents.cascade.llm import ChatModel, ChatPool, EmbeddedLlamaServer, Message, OpenAIChat
+from agents.cascade.llm import ChatModel, ChatPool, Message, OpenAIChat
+from agents.cascade.llm_server import EmbeddedLlamaServer
 from app.settings import Settings
 from ops.measure import QUESTIONS, machine, percentile
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import uvicorn
 from starlette.applications import Starlette
 
-from agents.cascade.llm import free_local_port as free_port
+from agents.cascade.llm_server import free_local_port as free_port
 
 __all__ = ["ServerThread", "free_port"]  # free_port: one place picks free ports
 

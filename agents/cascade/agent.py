@@ -23,6 +23,7 @@ import numpy as np
 from agents.cascade.clauses import ClauseSplitter
 from agents.cascade.draft import DraftBoard, ReplyDraft
 from agents.cascade.llm import ChatModel, ChatPool, Message, ToolCall, ToolChat
+from agents.cascade.llm_health import LlmHealth
 from agents.cascade.stt import SpeechToText, Transcript, assess
 from agents.cascade.tts import TextToSpeech
 from agents.control import CALL_TOOLS, CallControls, CallPolicy, EndReason, TransferReason
@@ -114,6 +115,8 @@ class CascadeModels:
     scheduler: ModelScheduler = field(default_factory=ModelScheduler)
     # Replies drafted ahead never hold an LLM server another call's reply needs.
     drafts: DraftBoard = field(default_factory=DraftBoard)
+    # Whether the LLM can answer now (readiness); None: not watched (tests' own models).
+    llm_health: LlmHealth | None = None
 
 
 # What a caller is waiting for when the cascade takes a call over mid-conversation.

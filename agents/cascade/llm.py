@@ -1,32 +1,26 @@
 """The language model: any OpenAI-compatible endpoint, streamed.
 
-With no endpoint configured, `EmbeddedLlamaServer` runs `llama_cpp.server` on 127.0.0.1
-over the bundled GGUF, and the same client talks to it: one code path for a hosted model
-and the local one.
+With no endpoint configured, `EmbeddedLlamaServer` (agents.cascade.llm_server) runs
+`llama_cpp.server` on 127.0.0.1 over the bundled GGUF, and the same client talks to it:
+one code path for a hosted model and the local one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import logging
-import os
-import signal
-import socket
-import sys
-import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 import httpx
 import openai
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
-from agents.environment import SERVER_SECRETS, child_environment
-from agents.errors import BackendUnavailable, LanguageModelError
+from agents.errors import LanguageModelError, LanguageModelUnreachable
+
+if TYPE_CHECKING:
+    from agents.cascade.llm_health import LlmHealth
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +120,8 @@ class OpenAIChat:
             raise LanguageModelError(
                 f"no reply from {self.model} within {self._first_token_timeout:.1f} s"
             ) from exc
-        except openai.OpenAIError as exc:
-            raise LanguageModelError(f"{type(exc).__name__}: {exc}") from exc
+        except (openai.OpenAIError, httpx.TransportError) as exc:
+            raise _model_error(exc) from exc
 
     @property
     def offers_tools(self) -> bool:
@@ -203,8 +197,8 @@ class OpenAIChat:
             if "tool" in str(exc).lower() or "function" in str(exc).lower():
                 raise _ToolsRefused(str(exc)) from exc
             raise LanguageModelError(f"{type(exc).__name__}: {exc}") from exc
-        except openai.OpenAIError as exc:
-            raise LanguageModelError(f"{type(exc).__name__}: {exc}") from exc
+        except (openai.OpenAIError, httpx.TransportError) as exc:
+            raise _model_error(exc) from exc
         names = {_tool_name(t) for t in tools}
         if held:
             # Text that looked like a tool call: one of ours is taken as the call, and
@@ -222,6 +216,22 @@ class OpenAIChat:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+# A pool streams text deltas, or (with tools) deltas and tool calls.
+_Item = TypeVar("_Item", str, str | ToolCall)
+
+
+def _model_error(exc: Exception) -> LanguageModelError:
+    """What a client error means for the reply: a connection that could not be made or
+    was dropped mid-reply (a dead server) may be asked again elsewhere; a timeout or a
+    refusal may not."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
+        return LanguageModelError(text)
+    if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
+        return LanguageModelUnreachable(text)
+    return LanguageModelError(text)
 
 
 class PooledChat(ChatModel, ToolChat, Protocol):
@@ -252,12 +262,24 @@ class ChatPool:
     servers).
     """
 
-    def __init__(self, members: Sequence[PooledChat], *, shared: int = 0) -> None:
+    def __init__(
+        self,
+        members: Sequence[PooledChat],
+        *,
+        shared: int = 0,
+        health: LlmHealth | None = None,
+        wait_s: float = 10.0,
+    ) -> None:
         if not members:
             raise ValueError("a chat pool needs at least one member")
         if not 0 <= shared <= len(members):
             raise ValueError(f"{shared} shared members of a pool of {len(members)}")
         self.members = list(members)
+        # Which members can answer (a dead embedded server is being restarted); None:
+        # every member always can.
+        self.health = health
+        # How long a reply waits for some member to come back before it fails.
+        self.wait_s = wait_s
         self._active = [0] * len(members)
         self._last: list[list[Message]] = [[] for _ in members]
         self._homes = [0] * len(members)  # calls whose conversation each member keeps
@@ -290,11 +312,17 @@ class ChatPool:
         """Replies being written by each member, in order."""
         return list(self._active)
 
-    def _lease(self, messages: Sequence[Message], home: int | None = None) -> int:
-        def preference(index: int) -> tuple[int, bool, int, bool, int]:
+    def _alive(self, index: int) -> bool:
+        return self.health is None or self.health.alive(index)
+
+    def _lease(
+        self, messages: Sequence[Message], home: int | None = None, failed: int | None = None
+    ) -> int:
+        def preference(index: int) -> tuple[bool, bool, int, bool, int, bool, int]:
             shared = _shared_prefix(self._last[index], messages)
             busy = self._active[index] + self._outside[index]
-            return (busy, index != home, -shared, index != 0, index)
+            dead = not self._alive(index)
+            return (dead, index == failed, busy, index != home, -shared, index != 0, index)
 
         index = min(range(len(self.members)), key=preference)
         log.debug(
@@ -309,25 +337,46 @@ class ChatPool:
         self._last[index] = [dict(message) for message in messages]
         return index
 
-    async def stream(
-        self, messages: Sequence[Message], *, home: int | None = None
-    ) -> AsyncIterator[str]:
-        index = self._lease(messages, home)
-        try:
-            async for delta in self.members[index].stream(messages):
-                yield delta
-        finally:
-            self._active[index] -= 1
+    async def _serve(
+        self,
+        ask: Callable[[PooledChat], AsyncIterator[_Item]],
+        messages: Sequence[Message],
+        home: int | None,
+    ) -> AsyncIterator[_Item]:
+        """A reply from a live member. One that cannot be reached before it said
+        anything (its server died under us) is asked of a live member, or of the
+        restarted one, once: a caller hears the apology only if that fails too."""
+        failed: int | None = None
+        for attempt in (1, 2):
+            if self.health is not None and not await self.health.wait_alive(self.wait_s):
+                raise LanguageModelUnreachable(
+                    f"no LLM answers ({self.health.reason or 'all down'}); "
+                    f"waited {self.wait_s:.0f} s"
+                )
+            index = self._lease(messages, home, failed)
+            said = False
+            try:
+                async for item in ask(self.members[index]):
+                    said = True
+                    yield item
+                return
+            except LanguageModelUnreachable as exc:
+                if said or attempt == 2:
+                    raise
+                failed = index
+                if self.health is not None:
+                    self.health.unreachable(index, str(exc))
+                log.warning("LLM %d unreachable (%s); asking again", index, exc)
+            finally:
+                self._active[index] -= 1
 
-    async def stream_tools(
+    def stream(self, messages: Sequence[Message], *, home: int | None = None) -> AsyncIterator[str]:
+        return self._serve(lambda member: member.stream(messages), messages, home)
+
+    def stream_tools(
         self, messages: Sequence[Message], tools: Sequence[Tool], *, home: int | None = None
     ) -> AsyncIterator[str | ToolCall]:
-        index = self._lease(messages, home)
-        try:
-            async for item in self.members[index].stream_tools(messages, tools):
-                yield item
-        finally:
-            self._active[index] -= 1
+        return self._serve(lambda member: member.stream_tools(messages, tools), messages, home)
 
     async def aclose(self) -> None:
         for member in self.members:
@@ -377,178 +426,3 @@ class _ToolsRefused(Exception):
 def _tool_name(tool: Tool) -> str:
     function = tool.get("function")
     return str(function.get("name", "")) if isinstance(function, dict) else ""
-
-
-LLM_NICENESS = 10
-LLM_PROMPT_CACHE_BYTES = 16 << 20  # KV bytes: two or three prompts
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: if we are killed (even -9), the server goes too.
-
-    It also runs at a lower CPU priority: on a small box the caller's audio path and
-    the first clause's synthesis must not queue behind the rest of the reply being
-    written, which nobody will hear for another second or two. Measured (bench turns):
-    at +5, level with the model threads, a single call's token-to-first-audio went from
-    p50 104 to 369 ms (clean mouth to mouth p90 901 -> 1198 ms), while 4 calls ending
-    their turns at once gained only p90 2.0-2.4 -> 1.9 s.
-    """
-    os.nice(LLM_NICENESS)
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _child_environment() -> dict[str, str]:
-    """Our environment minus what llama_cpp.server would read as its own settings.
-
-    Its settings come from pydantic-settings, which reads HOST, PORT, MODEL... from the
-    environment and lets them win over the command line: our own PORT would make it
-    bind the port offhook is serving on.
-    """
-    try:
-        from llama_cpp.server.settings import ModelSettings, ServerSettings
-
-        theirs = {
-            name.upper() for name in (*ModelSettings.model_fields, *ServerSettings.model_fields)
-        }
-    except ImportError:  # the server extra is missing; start() will say so
-        theirs = {"HOST", "PORT", "MODEL"}
-    # No Twilio secrets, and no hosted-LLM key: this server is the LLM.
-    ours = child_environment(drop={*SERVER_SECRETS, "LLM_API_KEY"})
-    env = {key: value for key, value in ours.items() if key.upper() not in theirs}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def free_local_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def free_local_ports(count: int, *, tries: int = 50) -> int:
-    """The first of `count` consecutive ports free on 127.0.0.1 now (for servers other
-    processes are told the address of before they start, like the workers' own ports)."""
-    for _ in range(tries):
-        first = free_local_port()
-        if first + count > 65536:
-            continue
-        with contextlib.ExitStack() as held:
-            try:
-                for port in range(first, first + count):
-                    sock = held.enter_context(socket.socket())
-                    sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return first
-    raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1 in {tries} tries")
-
-
-class EmbeddedLlamaServer:
-    """`python -m llama_cpp.server` as a child process on 127.0.0.1.
-
-    A separate process keeps llama.cpp's threads off our event loop and lets the OS
-    schedule it against STT/TTS. Its prompt cache keeps the system prompt's KV state, so
-    only each turn's new tokens are evaluated.
-    """
-
-    def __init__(
-        self, model_path: Path, *, port: int = 0, threads: int = 2, context: int = 2048
-    ) -> None:
-        self.model_path = model_path
-        self.port = port or free_local_port()
-        self.threads = threads
-        self.context = context
-        self.model_name = model_path.stem
-        self._process: asyncio.subprocess.Process | None = None
-        self._log_task: asyncio.Task[None] | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    async def start(self, ready_timeout_s: float = 120.0) -> None:
-        command = [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            str(self.model_path),
-            "--model_alias",
-            self.model_name,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--n_ctx",
-            str(self.context),
-            "--n_threads",
-            str(self.threads),
-            "--n_threads_batch",
-            str(self.threads),
-            "--cache",
-            "true",
-            # The prompt cache lets calls that take turns on this one model resume their
-            # own prompts. Its cap (llama_cpp's default: 2 GB) counts each state's KV
-            # only (SmolLM2-135M: ~7 MB at 300 tokens), not the logits kept beside it
-            # (tokens x vocabulary floats: ~60 MB), so the child grew call after call.
-            "--cache_size",
-            str(LLM_PROMPT_CACHE_BYTES),
-            # llama_cpp.server's default ends a streaming reply as soon as another
-            # request waits: with two calls at once, one caller's answer stopped after
-            # however many words it had (often none).
-            "--interrupt_requests",
-            "false",
-            "--verbose",
-            "false",
-        ]
-        log.info("starting embedded LLM server on 127.0.0.1:%d (%s)", self.port, self.model_name)
-        self._process = await asyncio.create_subprocess_exec(
-            *command,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            env=_child_environment(),
-            preexec_fn=_die_with_parent,
-        )
-        self._log_task = asyncio.create_task(self._forward_logs(), name="llama-server-logs")
-        deadline = time.monotonic() + ready_timeout_s
-        async with httpx.AsyncClient() as client:
-            while time.monotonic() < deadline:
-                if self._process.returncode is not None:
-                    raise BackendUnavailable(
-                        f"embedded LLM server exited with code {self._process.returncode}"
-                    )
-                with contextlib.suppress(httpx.HTTPError):
-                    reply = await client.get(f"{self.base_url}/models", timeout=1.0)
-                    if reply.status_code == 200:
-                        return
-                await asyncio.sleep(0.2)
-        await self.stop()
-        raise BackendUnavailable(f"embedded LLM server not ready after {ready_timeout_s:.0f} s")
-
-    async def _forward_logs(self) -> None:
-        assert self._process is not None and self._process.stderr is not None
-        async for line in self._process.stderr:
-            text = line.decode(errors="replace").rstrip()
-            if text:
-                log.debug("llama-server: %s", text)
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.returncode is None
-
-    async def stop(self) -> None:
-        process, self._process = self._process, None
-        if process is not None and process.returncode is None:
-            process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), 10)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-        if self._log_task is not None:
-            self._log_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._log_task
-            self._log_task = None

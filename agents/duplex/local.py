@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import httpx
 
-from agents.cascade.llm import free_local_ports
+from agents.cascade.llm_server import free_local_ports
 from agents.config import EmbeddedLlmSettings
 from agents.environment import child_environment
 

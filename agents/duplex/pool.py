@@ -147,7 +147,10 @@ async def http_health(worker_url: str, *, timeout_s: float = 2.0) -> dict[str, A
             response.raise_for_status()
             body = response.json()
     except (httpx.HTTPError, ValueError) as exc:
-        log.info("health check of %s failed: %s", worker_url, exc)
+        # Debug: a worker still starting does not answer yet. Its callers say when an
+        # unanswered check matters (the pool's "failed its health check", the local
+        # supervisor's stall), so a logged failure is always a real one.
+        log.debug("health check of %s failed: %s", worker_url, exc)
         return None
     return body if isinstance(body, dict) else None
 

@@ -15,12 +15,12 @@ from agents.assets import ModelCache
 from agents.cascade.llm import (
     ChatPool,
     ChatSession,
-    EmbeddedLlamaServer,
     Message,
     OpenAIChat,
     Tool,
     ToolCall,
 )
+from agents.cascade.llm_server import EmbeddedLlamaServer
 from app.settings import Settings
 
 SYSTEM: Message = {"role": "system", "content": "You answer the phone."}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.cascade.llm import _child_environment
+from agents.cascade.llm_server import _child_environment
 from agents.duplex.local import LocalWorkers
 from agents.environment import child_environment
 from ops.local_server import free_port

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from agents.cascade.llm import free_local_ports
+from agents.cascade.llm_server import free_local_ports
 from agents.duplex.local import share_embedded_llm
 from agents.loading import fill_ports, server_ports, shared_servers
 from app.settings import Settings
@@ -100,3 +100,58 @@ def test_other_servers_never_get_a_port_pinned_for_a_worker() -> None:
         18002,
         18003,
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_healthy_start_with_local_workers_logs_no_failure(tmp_path) -> None:
+    # The workers warm up on the gateway's embedded LLM: started before it answered,
+    # each logged "LLM warm-up failed" on every healthy start.
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    port, worker_port = free_local_ports(1), free_local_ports(1)
+    env = {
+        **os.environ,
+        "PORT": str(port),
+        "DATA_DIR": str(tmp_path / "data"),
+        "MAX_CALLS": "2",
+        "LOG_LEVEL": "INFO",
+    }
+    env.pop("LLM_BASE_URL", None)
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        serve = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "app.cli", "serve", "--local-workers", "1"),
+                *("--worker-port", str(worker_port)),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 300
+            status = 0
+            while time.monotonic() < deadline and serve.poll() is None and status != 200:
+                try:
+                    status = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code
+                except httpx.HTTPError:
+                    time.sleep(0.5)
+            assert status == 200, log_path.read_text()[-3000:]
+        finally:
+            serve.terminate()
+            serve.wait(60)
+    lines = log_path.read_text().splitlines()
+    # The one warning a loopback start without Twilio's token must give, and no other.
+    noisy = [
+        line
+        for line in lines
+        if (" ERROR " in line or " WARNING " in line or "failed" in line.lower())
+        and "TWILIO_AUTH_TOKEN is not set" not in line
+    ]
+    assert noisy == [], "\n".join(noisy)
