@@ -117,6 +117,11 @@ class Playback:
             self.clock.sent(name, len(chunk), piece, turn_id, self._line_now(), pcm=chunk)
             self._emit(MarkSent(mark=name, samples=len(chunk)))
 
+    def awaits_echo(self, name: str) -> bool:
+        """`name` is a mark this call sent whose echo is due: anything else is not ours
+        to record (a peer can echo marks with any name, as long as it likes)."""
+        return self.clock.awaits_echo(name)
+
     def echoed(self, name: str) -> bool:
         played = self.clock.echoed(name, self.now()) is not None
         self._emit(MarkEchoed(mark=name, played=played))

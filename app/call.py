@@ -43,7 +43,7 @@ from media.echo import REFERENCE_LEAD_MS
 from media.frontend import FrontEnd, FrontEndOutput
 from media.inbound import InboundAudioClock
 from recordings.recorder import CallRecorder
-from telephony.errors import ProtocolError
+from telephony.errors import ProtocolError, ProtocolErrorKind
 from telephony.protocol import Dtmf, Mark, Media, Start, Stop
 from telephony.stream import TwilioStream
 
@@ -67,6 +67,8 @@ MACHINE = ("machine_end_beep", "machine_end_silence", "machine_end_other", "mach
 MAX_QUEUED_AUDIO_BYTES = 5 * 8000
 # Front-end outputs and digits waiting for the agent: about 10 s of 20 ms frames.
 MAX_AGENT_INPUTS = 500
+# Protocol errors a call's record keeps; the rest are counted in the metrics only.
+MAX_RECORDED_PROTOCOL_ERRORS = 50
 # What the agent and the record see of a digit under REDACT_DTMF (agents.conversation).
 REDACTED_DIGIT = REDACTED_KEY
 # Event fields that carry what the caller said or keyed: in logs at DEBUG only (an LLM
@@ -170,6 +172,7 @@ class CallSession:
         )
         self._pace = MediaPace(settings.max_media_rate)
         self._keypad = KeypadLimit()
+        self._protocol_errors = 0
         self.outcome = "hangup"
         self.counts = {"barge_in": 0, "error": 0, "protocol_error": 0}
         self.agent_used = "cascade"
@@ -207,8 +210,6 @@ class CallSession:
                 self.counts["barge_in"] += 1
             case Error():
                 self.counts["error"] += 1
-            case ProtocolErrorEvent():
-                self.counts["protocol_error"] += 1
         if self.recorder is not None:
             try:
                 at = self.now() / 8 if t_ms is None else t_ms
@@ -231,7 +232,15 @@ class CallSession:
             self.answered_by.set_result((answered_by, detection_ms))
 
     def protocol_error(self, exc: ProtocolError) -> None:
-        self._record(ProtocolErrorEvent(kind=str(exc.kind), error=str(exc)))
+        """Recorded in the call's timeline, the first MAX_RECORDED_PROTOCOL_ERRORS only:
+        a peer sending nothing but bad messages must not grow the record (the metrics
+        count every one)."""
+        self.counts["protocol_error"] += 1
+        self._protocol_errors += 1
+        if self._protocol_errors <= MAX_RECORDED_PROTOCOL_ERRORS:
+            self._record(ProtocolErrorEvent(kind=str(exc.kind), error=str(exc)[:200]))
+        elif self._protocol_errors == MAX_RECORDED_PROTOCOL_ERRORS + 1:
+            log.warning("call %s: more protocol errors, counted, not recorded", self.call_sid)
 
     async def run(self) -> None:
         self._record(StreamStart(stream_sid=self.start.stream_sid, tracks=list(self.start.tracks)))
@@ -364,7 +373,14 @@ class CallSession:
     def _on_event(self, event: object) -> bool:
         """Anything but media; False at `stop`."""
         if isinstance(event, Mark):
-            if not self.playback.echoed(event.name):
+            if not self.playback.awaits_echo(event.name):
+                self.stream.on_protocol_error(
+                    ProtocolError(
+                        f"a mark echo for a mark never sent ({len(event.name)} characters)",
+                        kind=ProtocolErrorKind.BAD_VALUE,
+                    )
+                )
+            elif not self.playback.echoed(event.name):
                 log.debug("call %s: mark %r not pending (after clear?)", self.call_sid, event.name)
         elif isinstance(event, Dtmf):
             if not self._keypad.allow():

@@ -22,6 +22,7 @@ def serve(args: argparse.Namespace) -> int:
     limit_arenas()  # before uvicorn, the models and their threads allocate
     import uvicorn
 
+    from app.http_guard import limit_refusal_logs, server_options
     from app.main import create_app
 
     overrides = {}
@@ -64,11 +65,14 @@ def serve(args: argparse.Namespace) -> int:
         host=settings.bind_host,
         port=settings.port,
         log_level=settings.log_level.lower(),
-        ws_max_size=1 << 20,  # Twilio frames are ~300 bytes; refuse absurd ones early
-        ws_ping_interval=None,  # Twilio does not answer pings reliably; it closes itself
         proxy_headers=True,
-        ws="websockets-sansio",
+        # A whole request head within HTTP_HEAD_TIMEOUT_S, at most MAX_CONNECTIONS open.
+        **server_options(
+            head_timeout_s=settings.http_head_timeout_s,
+            max_connections=settings.connection_limit,
+        ),
     )
+    limit_refusal_logs()  # after uvicorn's logging setup, which the Config did
     server = uvicorn.Server(config)
     server.run()
     if fatal:

@@ -18,6 +18,7 @@ from agents.cascade.agent import CascadeModels
 from agents.cascade.llm_server import LlmStartError
 from agents.duplex.supervisor import WorkerSupervisor
 from agents.loading import load_models
+from app.admission import Reservation
 from app.call import CallSession
 from app.call_status import call_status_callback
 from app.heap import settle as settle_heap
@@ -86,7 +87,14 @@ async def voice_webhook(request: Request) -> Response:
     if not services.ready.is_set() or not services.llm_ready:
         services.metrics.rejected_calls.labels(reason="not_ready").inc()
         return _twiml(say_and_hangup_twiml(NOT_READY_MESSAGE))
-    if not services.admission.reserve(call_sid):
+    reservation = services.admission.reserve(call_sid)
+    if reservation is Reservation.REPEATED:
+        # A CallSid that streamed, is live, or whose reservation lapsed: a replay of a
+        # captured webhook. It gets no slot and no token (so no second stream).
+        services.metrics.rejected_calls.labels(reason="replayed_webhook").inc()
+        services.refusals.warning("replay", "webhook for call %r refused: a repeat", call_sid)
+        return _twiml(say_and_hangup_twiml(BUSY_MESSAGE))
+    if reservation is Reservation.BUSY:
         services.metrics.rejected_calls.labels(reason="busy").inc()
         return _twiml(say_and_hangup_twiml(BUSY_MESSAGE))
     parameters = {
@@ -188,7 +196,7 @@ async def media_stream(websocket: WebSocket) -> None:
     finally:
         services.open_records.discard(start.call_sid)
         services.forget(start.call_sid)
-        services.admission.release()
+        services.admission.release(start.call_sid)
         outcome = session.outcome if session is not None else "error"
         services.metrics.calls.labels(outcome=outcome).inc()
         await stream.close(POLICY_VIOLATION if outcome == "flood" else 1000)

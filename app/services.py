@@ -47,7 +47,6 @@ class Services:
         self.tokens = CallTokens(self.settings.token_secret)
         self.admission = Admission(
             self.settings.max_calls,
-            window_s=self.tokens.max_age_s,
             reserve_s=RESERVE_S,
             max_pending=max(8, 2 * self.settings.max_calls),
             on_change=self.metrics.active_calls.set,

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from telephony.twiml import is_transfer_target
 
@@ -35,11 +36,25 @@ def _loopback(host: str) -> bool:
         return False  # a host name: it may resolve to anything
 
 
-def _env_field(env: str, default: Any, doc: str, *, secret: bool = False) -> Any:
+def _env_field(env: str, default: Any, doc: str, *, secret: bool = False, url: bool = False) -> Any:
     # Secrets stay out of repr: a Settings in a log line or a traceback must not leak them.
+    # URLs are shown without credentials or query strings (`shown_url`).
     return field(
-        default=default, repr=not secret, metadata={"env": env, "doc": doc, "secret": secret}
+        default=default,
+        repr=not secret,
+        metadata={"env": env, "doc": doc, "secret": secret, "url": url},
     )
+
+
+def shown_url(url: str) -> str:
+    """`url` fit for a log or a listing: user:password@ and ?query (API keys ride in
+    both) replaced by ***."""
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.netloc:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"***@{host}" if "@" in parts.netloc else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "***" if parts.query else "", ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +127,18 @@ class Settings:
         "Caller audio arriving faster than this many times real time (after a 2 s burst) "
         "is a flood: the stream is closed. Raise it on a staging server for "
         "`calls replay --speed`.",
+    )
+    http_head_timeout_s: float = _env_field(
+        "HTTP_HEAD_TIMEOUT_S",
+        10.0,
+        "A connection must send a whole HTTP request head within this many seconds of "
+        "opening (or of its previous request): a slow-loris is closed.",
+    )
+    max_connections: int = _env_field(
+        "MAX_CONNECTIONS",
+        0,
+        "Open connections (HTTP and Media Streams together) beyond which new ones are "
+        "closed at once. 0: 64 + 4 x MAX_CALLS.",
     )
     # --- conversation ------------------------------------------------------------------
     greeting: str = _env_field(
@@ -274,6 +301,7 @@ class Settings:
         "",
         "OpenAI-compatible endpoint (https://api.openai.com/v1, a vLLM server, ...). "
         "Empty: `offhook serve` starts the embedded llama.cpp server.",
+        url=True,
     )
     llm_model: str = _env_field("LLM_MODEL", "", "Model name sent to the LLM endpoint.")
     llm_api_key: str = _env_field("LLM_API_KEY", "", "API key for the LLM endpoint.", secret=True)
@@ -391,6 +419,23 @@ class Settings:
     log_level: str = _env_field("LOG_LEVEL", "INFO", "Python logging level.")
 
     _token_fallback: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
+    # The embedded llama.cpp servers' API key: random per process (and handed to local
+    # workers), so nothing else on the host can use or load them.
+    _llm_key: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
+
+    def __repr__(self) -> str:
+        # Secrets stay out (repr=False); URLs lose their credentials and query strings.
+        shown = (
+            f"{f.name}={shown_url(value) if f.metadata.get('url') else value!r}"
+            for f in fields(self)
+            if f.repr and (value := getattr(self, f.name)) is not None
+        )
+        return f"Settings({', '.join(shown)})"
+
+    @property
+    def llm_embedded_api_key(self) -> str:
+        """The key the embedded llama.cpp servers ask of every request."""
+        return self._llm_key
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -464,6 +509,13 @@ class Settings:
             raise SettingsError("LLM_MODEL must name a model when LLM_BASE_URL is set")
         if self.max_call_s <= 0 or self.media_timeout_s <= 0:
             raise SettingsError("MAX_CALL_S and MEDIA_TIMEOUT_S must be > 0")
+        if self.call_token_secret and len(self.call_token_secret.encode()) < 16:
+            raise SettingsError(
+                "CALL_TOKEN_SECRET must be at least 16 bytes (a random 32-character string "
+                "will do), or empty to derive it from TWILIO_AUTH_TOKEN"
+            )
+        if self.http_head_timeout_s <= 0 or self.max_connections < 0:
+            raise SettingsError("HTTP_HEAD_TIMEOUT_S must be > 0 and MAX_CONNECTIONS >= 0")
         if self.max_media_rate < 1.0:
             raise SettingsError(f"MAX_MEDIA_RATE must be >= 1.0, got {self.max_media_rate}")
         if self.max_record_mb <= 0:
@@ -514,6 +566,12 @@ class Settings:
         return self.llm_embedded_servers or self.max_calls
 
     @property
+    def connection_limit(self) -> int:
+        """MAX_CONNECTIONS, or room for every call's stream and webhooks, health checks
+        and scrapes."""
+        return self.max_connections or 64 + 4 * self.max_calls
+
+    @property
     def worker_urls(self) -> list[str]:
         return [url.strip() for url in self.duplex_workers.split(",") if url.strip()]
 
@@ -550,6 +608,8 @@ class Settings:
             value = getattr(current, f.name) if current else f.default
             if f.metadata.get("secret") and value:
                 value = "***"
+            elif f.metadata.get("url") and value:
+                value = shown_url(str(value))
             rows.append((env, str(value), f.metadata["doc"]))
         return rows
 

@@ -201,6 +201,10 @@ class PlayoutClock:
         self._heard.setdefault(turn_id, "")
         self._heard_samples.setdefault(turn_id, 0)
 
+    def awaits_echo(self, name: str) -> bool:
+        """A mark of ours whose echo is still due (played or cleared)."""
+        return name in self._pending or name in self._cleared
+
     def echoed(self, name: str, now: int) -> ChunkRecord | None:
         """A mark came back. Returns the chunk if it was played, None if cleared or unknown."""
         if name in self._cleared:

@@ -17,6 +17,8 @@ import uvicorn
 from starlette.applications import Starlette
 
 from agents.cascade.llm_server import free_local_port as free_port
+from app.http_guard import server_options
+from app.settings import Settings
 
 __all__ = ["ServerThread", "free_port"]  # free_port: one place picks free ports
 
@@ -43,15 +45,19 @@ class ServerThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def serve(self, app: Starlette, port: int) -> str:
+        # The options `offhook serve` runs with, from the app's settings where it has some.
+        services = getattr(app.state, "services", None)
+        settings = services.settings if services is not None else Settings.from_env({})
         config = uvicorn.Config(
             app,
             host="127.0.0.1",
             port=port,
             log_level="warning",
-            ws_max_size=1 << 20,
-            ws_ping_interval=None,
             lifespan="on",
-            ws="websockets-sansio",
+            **server_options(
+                head_timeout_s=settings.http_head_timeout_s,
+                max_connections=settings.connection_limit,
+            ),
         )
         server = uvicorn.Server(config)
         self._servers.append(server)

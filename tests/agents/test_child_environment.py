@@ -13,7 +13,7 @@ from ops.local_server import free_port
 
 SECRETS = {
     "TWILIO_AUTH_TOKEN": "tw-secret-1",
-    "CALL_TOKEN_SECRET": "call-secret-2",
+    "CALL_TOKEN_SECRET": "call-secret-2-0123456789",
     "TWILIO_ACCOUNT_SID": "AC" + "3" * 32,
 }
 

@@ -131,8 +131,10 @@ def test_check_also_applies_to_keyword_overrides() -> None:
 
 
 def test_the_token_secret_is_the_explicit_secret_first() -> None:
-    settings = Settings.from_env({"CALL_TOKEN_SECRET": "explicit", "TWILIO_AUTH_TOKEN": "auth"})
-    assert settings.token_secret == b"explicit"
+    settings = Settings.from_env(
+        {"CALL_TOKEN_SECRET": "explicit-secret-16b", "TWILIO_AUTH_TOKEN": "auth"}
+    )
+    assert settings.token_secret == b"explicit-secret-16b"
 
 
 def test_the_token_secret_is_derived_from_the_auth_token_next() -> None:
@@ -176,7 +178,11 @@ def test_describe_shows_current_values() -> None:
 
 def test_describe_masks_secrets() -> None:
     settings = Settings.from_env(
-        {"TWILIO_AUTH_TOKEN": "auth-token", "CALL_TOKEN_SECRET": "s3", "LLM_API_KEY": "sk-1"}
+        {
+            "TWILIO_AUTH_TOKEN": "auth-token",
+            "CALL_TOKEN_SECRET": "s3-0123456789abcdef",
+            "LLM_API_KEY": "sk-1",
+        }
     )
     rows = {variable: value for variable, value, _ in Settings.describe(settings)}
     assert rows["TWILIO_AUTH_TOKEN"] == "***"
@@ -250,7 +256,7 @@ def test_repr_hides_secrets() -> None:
     settings = Settings.from_env(
         {
             "TWILIO_AUTH_TOKEN": "twilio-secret-123",
-            "CALL_TOKEN_SECRET": "call-secret-456",
+            "CALL_TOKEN_SECRET": "call-secret-456-0123456789",
             "LLM_API_KEY": "sk-secret-789",
         }
     )
@@ -269,3 +275,19 @@ def test_an_unreadable_persona_file_is_a_settings_error(tmp_path: Path) -> None:
 def test_a_malformed_account_sid_is_refused() -> None:
     with pytest.raises(SettingsError, match="TWILIO_ACCOUNT_SID"):
         Settings.from_env({"TWILIO_ACCOUNT_SID": "AC123"})
+
+
+def test_urls_are_shown_without_their_credentials_or_query() -> None:
+    settings = Settings.from_env(
+        {}, llm_base_url="https://user:pw@llm.example.com/v1?key=sk-secret", llm_model="m"
+    )
+    listed = dict((row[0], row[1]) for row in Settings.describe(settings))
+    for shown in (listed["LLM_BASE_URL"], repr(settings)):
+        assert "pw" not in shown and "sk-secret" not in shown and "user" not in shown
+        assert "llm.example.com/v1" in shown
+    assert settings.llm_base_url.endswith("key=sk-secret")  # the value itself is intact
+
+
+def test_a_short_call_token_secret_is_a_settings_error() -> None:
+    with pytest.raises(SettingsError, match="CALL_TOKEN_SECRET must be at least 16 bytes"):
+        Settings.from_env({"CALL_TOKEN_SECRET": "short"})
