@@ -29,6 +29,9 @@ import numpy as np
 CALLER_RATE = 16000  # unit audio from the gateway
 MIN_UNIT_MS, MAX_UNIT_MS = 20, 2000  # the settings allow 200..2000; tests go shorter
 MAX_UNIT_BYTES = CALLER_RATE * 2 * MAX_UNIT_MS // 1000  # PCM16
+# The largest frame a worker takes: a unit's audio (base64: 4/3 of MAX_UNIT_BYTES) or a
+# Prepare (persona and history) fit with room; uvicorn's default is 16 MiB.
+MAX_WORKER_FRAME_BYTES = 1 << 20
 MAX_RESULT_AUDIO_S = 30  # a unit's reply audio; the client's frame limit bounds it too
 RESULT_RATES = frozenset({8000, 16000, 22050, 24000, 44100, 48000})
 MAX_TEXT = 4000  # characters of one field of words
@@ -311,6 +314,8 @@ def decode(frame: str | bytes) -> Message:
         body = json.loads(frame)
     except json.JSONDecodeError as exc:
         raise ProtocolViolation(f"expected JSON, got {frame[:60]!r}: {exc}") from None
+    except RecursionError:  # [[[[...]]]] a few thousand deep: no message of ours nests
+        raise ProtocolViolation("expected a message, got JSON nested too deeply") from None
     if not isinstance(body, dict) or not isinstance(body.get("type"), str):
         raise ProtocolViolation("expected an object with a string 'type'")
     cls = _BY_TYPE.get(body["type"])

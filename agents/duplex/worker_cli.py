@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ from agents.config import WorkerSettings
 from agents.duplex.backend import DuplexBackend
 from agents.duplex.minicpmo import DEFAULT_MODEL, Loader, MiniCPMOBackend
 from agents.duplex.omni_voice import default_voice_wav
+from agents.duplex.protocol import MAX_WORKER_FRAME_BYTES
 from agents.duplex.worker import create_worker_app
 from agents.errors import BackendUnavailable
 
@@ -76,6 +78,17 @@ def worker_main(
     parser.add_argument("--reply-wav", default="reply.wav", help="where --self-test writes")
     args = parser.parse_args(argv)
     settings = load_settings() if load_settings is not None else None
+    token = settings.worker_token if settings is not None else ""
+    if not args.self_test:
+        if not token and not _loopback(args.host):
+            # As `serve` refuses to listen beyond loopback without a signature token.
+            print(
+                f"offhook worker: WORKER_TOKEN is not set, so --host {args.host} would let "
+                "anyone who reaches this port use the worker: set WORKER_TOKEN (on the gateway "
+                "too), or listen on 127.0.0.1",
+                file=sys.stderr,
+            )
+            return 2
     backend = _backend(args.backend, args.model, settings, minicpmo_loader)
     if args.self_test:
         if not isinstance(backend, MiniCPMOBackend):
@@ -86,10 +99,17 @@ def worker_main(
     app = create_worker_app(
         backend,
         worker_id=args.worker_id or f"{args.backend}-{args.port}",
-        token=settings.worker_token if settings is not None else "",
+        token=token,
         session_timeout_s=settings.worker_session_timeout_s if settings is not None else 30.0,
     )
-    uvicorn.run(app, host=args.host, port=args.port, ws="websockets-sansio", log_level="info")
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        ws="websockets-sansio",
+        ws_max_size=MAX_WORKER_FRAME_BYTES,
+        log_level="info",
+    )
     return 0
 
 
@@ -101,3 +121,12 @@ def _self_test(backend: MiniCPMOBackend, question: Path, reply: Path) -> int:
     except BackendUnavailable as exc:
         print(f"offhook worker: {exc}", file=sys.stderr)
         return 2
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -113,3 +113,10 @@ def test_a_valid_result_round_trips() -> None:
         context_len=1234,
     )
     assert decode(encode(result)) == result
+
+
+def test_json_nested_too_deeply_is_a_protocol_violation_not_a_crash() -> None:
+    from agents.duplex.protocol import ProtocolViolation, decode
+
+    with pytest.raises(ProtocolViolation, match="nested too deeply"):
+        decode("[" * 100_000 + "]" * 100_000)

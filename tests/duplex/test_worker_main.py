@@ -61,3 +61,17 @@ async def test_a_worker_whose_backend_cannot_load_says_so() -> None:
         await process.wait()
     assert body["backend"] == "minicpmo"
     assert "torch" in str(body["error"])
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.10", "::"])
+def test_a_worker_without_a_token_refuses_to_listen_beyond_loopback(
+    host: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agents.duplex.worker_cli import worker_main
+    from app.settings import Settings
+
+    code = worker_main(["--host", host], load_settings=lambda: Settings.from_env({}))
+
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert "WORKER_TOKEN is not set" in err and len(err.splitlines()) == 1
