@@ -63,6 +63,11 @@ class ModelSettings(Protocol):
     def llm_embedded_port(self) -> int: ...
 
     @property
+    def llm_embedded_api_key(self) -> str:
+        """The key the embedded llama.cpp servers ask of every request."""
+        ...
+
+    @property
     def llm_embedded_shared(self) -> int:
         """With a fixed port: the servers from it other processes write on."""
         ...
@@ -111,6 +116,9 @@ class EmbeddedLlmSettings(Protocol):
 
     @property
     def llm_servers(self) -> int: ...
+
+    @property
+    def llm_embedded_api_key(self) -> str: ...
 
     def replace(self, **changes: Any) -> Self:
         """A copy with `changes` applied."""

@@ -101,7 +101,7 @@ async def load_language_model(
             gguf = await asyncio.to_thread(cache.path, "smollm2-135m-instruct")
         started = await _start_embedded_servers(gguf, settings, servers, stack, warm)
         endpoints = [server.base_url for server in started]
-        model, api_key = started[0].model_name, ""
+        model, api_key = started[0].model_name, settings.llm_embedded_api_key
         if tools == "auto" and not settings.llm_gguf:
             # The bundled 135M model does not call tools: intents come from the words.
             tools = "off"
@@ -210,7 +210,7 @@ async def _start_embedded_servers(
     threads = [settings.model_threads if index == 0 else 1 for index in range(count)]
     ports = fill_ports(server_ports(settings, count))
     servers = [
-        EmbeddedLlamaServer(gguf, port=port, threads=n)
+        EmbeddedLlamaServer(gguf, port=port, threads=n, api_key=settings.llm_embedded_api_key)
         for port, n in zip(ports, threads, strict=True)
     ]
     for server in servers:

@@ -653,13 +653,16 @@ def _export(args: argparse.Namespace, store: RecordStore, out: Console, err: Con
     wav = folder / f"{record.call_sid}.wav"
     write_wav(wav, np.stack([caller, bot], axis=1), RATE, 2)
     text = folder / f"{record.call_sid}.txt"
-    text.write_text("\n".join(transcript_lines(record, transcript)) + "\n", encoding="utf-8")
+    # Callers' words and parameters are strangers' strings: no terminal escapes in the
+    # files either (`cat` would run them), here neutralised, in the JSON \u-escaped.
+    lines = [neutralise(line) for line in transcript_lines(record, transcript)]
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
     data = folder / f"{record.call_sid}.json"
     data.write_text(
         json.dumps(
             {"call_sid": record.call_sid, "meta": record.meta, **transcript},
             indent=2,
-            ensure_ascii=False,
+            ensure_ascii=True,
         )
         + "\n",
         encoding="utf-8",

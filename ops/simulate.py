@@ -392,6 +392,17 @@ async def _post_webhook(
     return response.text
 
 
+def check_stream_host(stream_url: str, public: str) -> None:
+    """SimulationError unless `stream_url` is on `public`'s host and under its path."""
+    stream, base = urlsplit(stream_url), urlsplit(public)
+    prefix = base.path.rstrip("/") + "/"
+    if stream.netloc.lower() != base.netloc.lower() or not stream.path.startswith(prefix):
+        raise SimulationError(
+            f"the server's TwiML names a stream at {stream.netloc}{stream.path[:80]}, "
+            f"not under {public}: not signing a request for it"
+        )
+
+
 def connect_uri(stream_url: str, base_url: str, connect_to: str | None) -> str:
     """Where to open the socket: the TwiML's URL, or its path on `connect_to`."""
     stream = urlsplit(stream_url)
@@ -869,7 +880,10 @@ async def simulate_call(config: SimulationConfig) -> CallReport:
     uri = connect_uri(target.url, config.base_url, config.connect_to)
     headers: dict[str, str] = {}
     if config.auth_token:
-        # Signed over the URL Twilio was given, even when connecting elsewhere.
+        # Signed over the URL Twilio was given, even when connecting elsewhere; but only
+        # one under the server's own URL: a hostile server must not get our signature
+        # on a request for another host.
+        check_stream_host(target.url, config.base_url)
         headers["x-twilio-signature"] = sign(config.auth_token, target.url, {})
     try:
         ws = await connect(

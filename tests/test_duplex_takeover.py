@@ -39,6 +39,7 @@ def worker(models: CascadeModels, tmp_path: Path) -> Iterator[LocalWorkers]:
     assert isinstance(llm, OpenAIChat)
     env = {
         "LLM_BASE_URL": llm.base_url,
+        "LLM_API_KEY": llm.api_key,
         "LLM_MODEL": llm.model,
         "LOG_LEVEL": "WARNING",
     }

@@ -98,6 +98,10 @@ class OpenAIChat:
     def base_url(self) -> str:
         return str(self._client.base_url).rstrip("/")
 
+    @property
+    def api_key(self) -> str:
+        return self._client.api_key
+
     async def stream(self, messages: Sequence[Message]) -> AsyncIterator[str]:
         try:
             async with asyncio.timeout(self._first_token_timeout):

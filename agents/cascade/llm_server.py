@@ -174,9 +174,18 @@ class EmbeddedLlamaServer:
     """
 
     def __init__(
-        self, model_path: Path, *, port: int = 0, threads: int = 2, context: int = 2048
+        self,
+        model_path: Path,
+        *,
+        port: int = 0,
+        threads: int = 2,
+        context: int = 2048,
+        api_key: str = "",
     ) -> None:
         self.model_path = model_path
+        # Asked of every request (llama_cpp.server's API_KEY), so that other users and
+        # processes on the host cannot use the server; "" leaves it open.
+        self.api_key = api_key
         self.port = port or free_local_port()
         self.threads = threads
         self.context = context
@@ -254,7 +263,7 @@ class EmbeddedLlamaServer:
             *self._command(),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
-            env=_child_environment(),
+            env=self._environment(),
             preexec_fn=_die_with_parent,
         )
         self._log_task = asyncio.create_task(self._forward_logs(), name="llama-server-logs")
@@ -272,8 +281,18 @@ class EmbeddedLlamaServer:
             await self.stop()
             raise
 
+    def _environment(self) -> dict[str, str]:
+        env = _child_environment()
+        if self.api_key:
+            # From the environment, not the command line, which any user can read.
+            env["API_KEY"] = self.api_key
+        return env
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
     async def _until_serving(self) -> None:
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient(headers=self._headers()) as client:
             while True:
                 await self._raise_if_exited()
                 with contextlib.suppress(httpx.HTTPError):
@@ -290,7 +309,7 @@ class EmbeddedLlamaServer:
             "max_tokens": PROBE_TOKENS,
             "temperature": 0.0,
         }
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient(headers=self._headers()) as client:
             try:
                 reply = await client.post(
                     f"{self.base_url}/chat/completions", json=request, timeout=None

@@ -63,6 +63,8 @@ def share_embedded_llm(
         {
             "LLM_BASE_URL": f"http://127.0.0.1:{port + index % shared}/v1",
             "LLM_MODEL": EMBEDDED_LLM_NAME,
+            # The gateway's servers ask every request for its key.
+            "LLM_API_KEY": settings.llm_embedded_api_key,
         }
         for index in range(workers)
     ]

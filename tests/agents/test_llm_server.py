@@ -63,6 +63,25 @@ def corrupt_gguf(gguf: Path, tmp_path: Path) -> Path:
     return corrupt
 
 
+async def test_the_embedded_server_answers_only_with_its_key(gguf: Path) -> None:
+    import httpx
+
+    server = EmbeddedLlamaServer(gguf, threads=1, api_key="k-0123456789")
+    await server.start()
+    try:
+        async with httpx.AsyncClient() as client:
+            refused = await client.get(f"{server.base_url}/models")
+            keyed = await client.get(
+                f"{server.base_url}/models", headers={"Authorization": "Bearer k-0123456789"}
+            )
+        assert refused.status_code == 401 and keyed.status_code == 200
+        chat = OpenAIChat(base_url=server.base_url, model="m", api_key="k-0123456789")
+        assert (await reply(chat)).strip()
+        await chat.aclose()
+    finally:
+        await server.stop()
+
+
 async def test_a_corrupt_model_file_fails_the_start_with_its_reason(corrupt_gguf: Path) -> None:
     corrupt = corrupt_gguf
     server = EmbeddedLlamaServer(corrupt, threads=1)

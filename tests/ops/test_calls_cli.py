@@ -488,3 +488,17 @@ def test_show_neutralises_terminal_escapes_from_a_record(
     assert "\\x1b[2J" in shown  # visible, not obeyed
     assert calls(tmp_path, "list") == 0
     assert not any(ch in capsys.readouterr().out for ch in "\x1b\x07\x9b\u202e")
+
+
+def test_export_writes_no_terminal_escapes_from_a_record(tmp_path: Path) -> None:
+    hostile_turn = Exchange(f"my name is {HOSTILE}", 2200.0, 800.0, "Hello.", 500.0)
+    build_call(tmp_path / "calls", CallSpec("CAevil", (hostile_turn,), to_number=f"+1555{HOSTILE}"))
+
+    assert calls(tmp_path, "export", "CAevil", "--out", str(tmp_path / "out")) == 0
+    for name in ("CAevil.txt", "CAevil.json"):
+        written = (tmp_path / "out" / name).read_text(encoding="utf-8")
+        assert not any(ch in written for ch in "\x1b\x07\x9b\u202e"), name
+    text = (tmp_path / "out" / "CAevil.txt").read_text(encoding="utf-8")
+    assert "\\x1b[2J" in text  # kept visible, not obeyed
+    exported = json.loads((tmp_path / "out" / "CAevil.json").read_text(encoding="utf-8"))
+    assert HOSTILE in exported["turns"][1]["text"]  # the data itself is intact

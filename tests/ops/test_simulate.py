@@ -499,3 +499,19 @@ def test_bot_spans_join_a_replys_sentence_pauses_but_not_two_replies() -> None:
     assert report.bot_spans(1000) == [(80, 6660), (9640, 11040)]
     assert report.bot_spans(300) == report.bot_utterances
     assert CallReport(call_sid="CA1", stream_sid="MZ1", twiml="").bot_spans(1000) == []
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        "wss://evil.example.com/twilio/media",
+        "wss://bot.example.com.evil.example.com/twilio/media",
+        "wss://bot.example.com/elsewhere/media",
+    ],
+)
+def test_the_simulator_signs_no_stream_url_outside_the_servers_own(stream: str) -> None:
+    from ops.simulate import SimulationError, check_stream_host
+
+    with pytest.raises(SimulationError, match="not signing"):
+        check_stream_host(stream, "https://bot.example.com/calls")
+    check_stream_host("wss://bot.example.com/calls/twilio/media", "https://bot.example.com/calls")
