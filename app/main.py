@@ -84,7 +84,7 @@ async def voice_webhook(request: Request) -> Response:
         base = base_url(request, settings)
     except Refused as exc:
         return _refused(exc)
-    if not services.ready.is_set() or not services.llm_ready:
+    if not services.takes_calls:
         services.metrics.rejected_calls.labels(reason="not_ready").inc()
         return _twiml(say_and_hangup_twiml(NOT_READY_MESSAGE))
     reservation = services.admission.reserve(call_sid)

@@ -94,6 +94,15 @@ class Services:
         health = self.models.llm_health
         return health is None or health.ready
 
+    @property
+    def takes_calls(self) -> bool:
+        """New calls are welcome: models loaded and some LLM answering, or all went
+        down moments ago and are being restarted (their replies wait for it)."""
+        if self.models is None or not self.ready.is_set():
+            return False
+        health = self.models.llm_health
+        return health is None or health.ready or health.recovering
+
     def recording_now(self) -> set[str]:
         """Calls whose records are still being written: never repaired or cleaned up."""
         return {

@@ -26,6 +26,7 @@ RESTART_BACKOFF_MAX_S = 30.0
 STABLE_S = 60.0  # a server up this long had a real life: its next crash restarts at once
 CRASH_LOOP = 3  # this many short lives in a row: a crash loop, said so in the log
 HOSTED_CHECK_S = 5.0
+RECOVERY_GRACE_S = 10.0
 HOSTED_LOG_EVERY_S = 60.0
 
 
@@ -52,17 +53,26 @@ class LlmHealth(Protocol):
         """A reply could not reach member `index` (connection refused or dropped)."""
         ...
 
+    @property
+    def recovering(self) -> bool:
+        """Not ready, but answered until less than RECOVERY_GRACE_S ago: a restart takes
+        seconds and a new call's first question comes later, so new calls are still
+        welcome (their replies wait for it)."""
+        ...
+
     async def run(self) -> None:
         """Watch (and restart) until cancelled."""
         ...
 
 
 class _Liveness:
-    """Which members are up, and an event for "some member is"."""
+    """Which members are up, an event for "some member is", and since when none is
+    (after some had been: a start that never answered is not a recovery)."""
 
     def __init__(self, count: int, *, up: bool) -> None:
         self._up = [up] * count
         self._any = asyncio.Event()
+        self.down_since: float | None = None
         if up:
             self._any.set()
 
@@ -70,8 +80,15 @@ class _Liveness:
         self._up[index] = up
         if any(self._up):
             self._any.set()
+            self.down_since = None
         else:
+            if self._any.is_set():
+                self.down_since = time.monotonic()
             self._any.clear()
+
+    def recovering(self) -> bool:
+        down = self.down_since
+        return down is not None and time.monotonic() - down < RECOVERY_GRACE_S
 
     def __getitem__(self, index: int) -> bool:
         return self._up[index]
@@ -118,6 +135,12 @@ class EmbeddedLlmSupervisor:
     def alive(self, index: int) -> bool:
         # The process check sees a death before the watcher has run.
         return self._live[index] and self.servers[index].running
+
+    @property
+    def recovering(self) -> bool:
+        return not self.ready and (
+            self._live.recovering() or all(self._live[i] for i in range(len(self.servers)))
+        )
 
     async def wait_alive(self, timeout_s: float) -> bool:
         if self.ready:
@@ -213,6 +236,10 @@ class HostedLlmWatch:
 
     def alive(self, index: int) -> bool:
         return self._live[0]
+
+    @property
+    def recovering(self) -> bool:
+        return self._live.recovering()
 
     async def wait_alive(self, timeout_s: float) -> bool:
         return await self._live.wait_any(timeout_s)

@@ -133,6 +133,7 @@ async def test_a_killed_server_is_noticed_at_once_restarted_and_answers_again(
             await asyncio.sleep(0.01)
         assert time.monotonic() - killed < 1.0, "a dead server must be noticed within a second"
         assert "SIGKILL" in health.reason
+        assert health.recovering, "moments after a death, new calls are still welcome"
         # A reply asked for now waits for the restarted server, not the apology.
         assert (await reply(pool)).strip()
         assert health.ready and health.restarts == 1 and len(restarts) == 1
@@ -154,6 +155,7 @@ async def test_a_hosted_llm_that_is_down_is_not_ready_until_it_answers(gguf: Pat
     try:
         await asyncio.sleep(1.2)
         assert not health.ready
+        assert not health.recovering, "never answered: not welcoming calls"
         assert f"127.0.0.1:{port}" in health.reason
         await server.start()
         for _ in range(100):
