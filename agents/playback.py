@@ -101,6 +101,10 @@ class Playback:
         audio = resample(pcm.astype(np.float32, copy=False), rate, PHONE_RATE)
         pcm16 = np.clip(audio * 32767.0, -32768, 32767).astype(np.int16)
         now = self.now()
+        if not pcm16.size:
+            # No sound, no message: a media message with an empty payload is a protocol
+            # error at Twilio's end.
+            return now + self.clock.pending_samples(now)
         if self._held is not None:
             self._held.append(_Piece(pcm16, text, turn_id))
             return now + self.clock.min_latency + sum(len(p.pcm16) for p in self._held[:-1])

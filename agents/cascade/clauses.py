@@ -48,7 +48,10 @@ def speakable(text: str) -> str:
     text = _LINK_IN_PARENTHESES.sub("", text)
     text = _EMAIL.sub(lambda m: f"{m.group(1)} at {_spoken_host(m.group(2))}", text)
     text = _URL.sub(lambda m: _spoken_host(m.group(1)), text)
-    return re.sub(r"\s+", " ", _UNSPEAKABLE.sub("", text)).strip()
+    text = re.sub(r"\s+", " ", _UNSPEAKABLE.sub("", text)).strip()
+    # Punctuation alone ("—", "...") is no clause: the TTS makes no sound of it, and a
+    # reply of nothing else is a reply with nothing to say.
+    return text if any(ch.isalnum() for ch in text) else ""
 
 
 class ClauseSplitter:

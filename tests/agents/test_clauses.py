@@ -211,3 +211,9 @@ def test_an_address_stays_in_its_clause_and_the_sentence_after_it_is_cut() -> No
     splitter = ClauseSplitter(lead_words=0)
     clauses = splitter.feed("See www.example.com/a/b.html. It has the menu. ")
     assert clauses == ["See example dot com.", "It has the menu."]
+
+
+def test_punctuation_alone_is_no_clause() -> None:
+    splitter = ClauseSplitter()
+    assert splitter.feed("— ") == [] and splitter.flush() == []
+    assert speakable("...") == "" and speakable("— Yes.") == "— Yes."

@@ -176,3 +176,11 @@ async def test_the_reference_level_is_the_level_of_the_bot_audio_playing() -> No
     rms_db = 20 * math.log10(amplitude / math.sqrt(2))
     assert silent == -120.0
     assert np.isclose(playing, rms_db, atol=0.5)
+
+
+async def test_a_clause_with_no_audio_sends_nothing() -> None:
+    # A TTS given only punctuation ("—") makes no sound: an empty media payload is a
+    # protocol error at Twilio's end, and a mark for it would name nothing.
+    playback, sink, _ = _playback()
+    await playback.play(np.zeros(0, dtype=np.float32), TTS_RATE, "—", turn_id=1)
+    assert sink.sent == []
