@@ -98,6 +98,11 @@ def models(args: argparse.Namespace) -> int:
 
 
 def show_settings(args: argparse.Namespace) -> int:
+    if args.markdown:
+        from app.settings import configuration_markdown
+
+        sys.stdout.write(configuration_markdown())
+        return 0
     from rich.console import Console
     from rich.table import Table
 
@@ -182,7 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("models", help="assemble and verify the bundled models").set_defaults(
         func=models
     )
-    commands.add_parser("settings", help="list every setting").set_defaults(func=show_settings)
+    settings_parser = commands.add_parser("settings", help="list every setting")
+    settings_parser.add_argument(
+        "--markdown", action="store_true", help="defaults as docs/configuration.md has them"
+    )
+    settings_parser.set_defaults(func=show_settings)
     call_parser = commands.add_parser(
         "call", help="place an outbound call to NUMBER (Twilio REST; prints its CallSid)"
     )

@@ -291,3 +291,13 @@ def test_urls_are_shown_without_their_credentials_or_query() -> None:
 def test_a_short_call_token_secret_is_a_settings_error() -> None:
     with pytest.raises(SettingsError, match="CALL_TOKEN_SECRET must be at least 16 bytes"):
         Settings.from_env({"CALL_TOKEN_SECRET": "short"})
+
+
+def test_the_configuration_page_is_the_settings_object_as_it_is() -> None:
+    from app.settings import configuration_markdown
+
+    page = Path(__file__).parents[2] / "docs" / "configuration.md"
+    assert page.read_text(encoding="utf-8") == configuration_markdown(), (
+        "docs/configuration.md is out of date: offhook settings --markdown > docs/configuration.md"
+    )
+    assert all(f"`{env}`" in page.read_text() for env, _, _ in Settings.describe())
