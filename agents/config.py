@@ -8,8 +8,20 @@ members are properties so a frozen dataclass matches them.
 from __future__ import annotations
 
 from typing import Any, Protocol, Self
+from urllib.parse import urlsplit, urlunsplit
 
 from agents.turns.settings import TurnSettings
+
+
+def shown_url(url: str) -> str:
+    """`url` fit for a log, a listing or an error message: user:password@ and ?query (API
+    keys ride in both) replaced by ***, with or without a scheme."""
+    parts = urlsplit(url if "//" in url else f"//{url}")
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"***@{host}" if "@" in parts.netloc else host
+    query = "***" if parts.query else ""
+    shown = urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    return shown if "//" in url else shown.removeprefix("//")
 
 
 class ModelSettings(Protocol):

@@ -7,7 +7,6 @@ read from any object with the attributes of `agents.config.ModelSettings`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
@@ -24,7 +23,7 @@ from agents.cascade.llm_health import EmbeddedLlmSupervisor, HostedLlmWatch, Llm
 from agents.cascade.llm_server import EmbeddedLlamaServer, free_local_port
 from agents.cascade.stt import WhisperTranscriber
 from agents.cascade.tts import PiperSpeaker
-from agents.config import ModelSettings
+from agents.config import ModelSettings, shown_url
 from media.turn import EndOfTurnModel
 
 log = logging.getLogger(__name__)
@@ -123,7 +122,7 @@ async def load_language_model(
     if started:
         health = EmbeddedLlmSupervisor(started, warm_messages=warm)
     else:
-        health = HostedLlmWatch(chats[0], endpoints[0], probe_messages=warm)
+        health = HostedLlmWatch(chats[0], shown_url(endpoints[0]), probe_messages=warm)
         await health.check()  # run() says so loudly if it did not answer
     _in_background(stack, health.run(), "llm-health")
     pool = ChatPool(
@@ -136,13 +135,19 @@ async def load_language_model(
 
 
 def _in_background(stack: AsyncExitStack, work: Coroutine[None, None, None], name: str) -> None:
-    """Run `work` until `stack` closes (the process's lifespan)."""
+    """Run `work` until `stack` closes (the process's lifespan). Should it end by an
+    error, the log says so at once (nothing else would: it is nobody's awaited task)."""
     task = asyncio.create_task(work, name=name)
+
+    def ended(done: asyncio.Task[None]) -> None:
+        if not done.cancelled() and done.exception() is not None:
+            log.error("%s stopped: %r", name, done.exception(), exc_info=done.exception())
+
+    task.add_done_callback(ended)
 
     async def cancel() -> None:
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await asyncio.wait({task})  # its error, if any, was logged when it ended
 
     stack.push_async_callback(cancel)
 

@@ -23,7 +23,7 @@ from enum import Enum
 
 REMEMBER_S = 6 * 3600.0
 MAX_REMEMBERED = 100_000  # CallSids; ~15 MB at most, reached only by real calls
-HOLD_S = 2.0  # Twilio opens the stream within a second of fetching the TwiML
+HOLD_S = 6.0  # the stream is due within START_TIMEOUT_S (5 s) of its socket, opened at once
 
 
 class Reservation(Enum):

@@ -18,19 +18,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-_WS_REFUSED = re.compile(r'"WebSocket [^"]*" (?:[45]\d\d)')
-
 
 def guarded_http_protocol(*, head_timeout_s: float, max_connections: int) -> type[Any]:
     """uvicorn's httptools protocol with a request-head deadline and a connection cap;
-    give it to uvicorn.Config(http=...)."""
+    give it to uvicorn.Config(http=...).
+
+    Over the cap, the connection that has waited longest without a whole request head
+    gives way (a stranger's idle sockets, not Twilio's next webhook); only when every
+    connection is busy is the newcomer refused.
+    """
+    # Connections still without a whole request head, oldest first: this server's own.
+    waiting: dict[GuardedHttpProtocol, None] = {}
 
     class GuardedHttpProtocol(HttpToolsProtocol):
         _head_timer: asyncio.TimerHandle | None = None
@@ -38,8 +42,12 @@ def guarded_http_protocol(*, head_timeout_s: float, max_connections: int) -> typ
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             if len(self.connections) > max_connections:
-                transport.abort()  # no response: it costs what the stranger sent
-                return
+                if not waiting:
+                    transport.abort()  # every connection is busy: no room for one more
+                    return
+                oldest = next(iter(waiting))
+                oldest._stop_head_timer()
+                oldest.transport.abort()
             self._start_head_timer()
 
         def on_message_begin(self) -> None:
@@ -63,14 +71,17 @@ def guarded_http_protocol(*, head_timeout_s: float, max_connections: int) -> typ
         def _start_head_timer(self) -> None:
             if self._head_timer is None:
                 self._head_timer = self.loop.call_later(head_timeout_s, self._head_too_slow)
+                waiting[self] = None
 
         def _stop_head_timer(self) -> None:
+            waiting.pop(self, None)
             if self._head_timer is not None:
                 self._head_timer.cancel()
                 self._head_timer = None
 
         def _head_too_slow(self) -> None:
             self._head_timer = None
+            waiting.pop(self, None)
             if self.cycle is not None and not self.cycle.response_complete:
                 return  # a request is being served: its head was whole
             if not self.transport.is_closing():
@@ -80,8 +91,8 @@ def guarded_http_protocol(*, head_timeout_s: float, max_connections: int) -> typ
 
 
 class RefusalLogFilter(logging.Filter):
-    """Lets every other line through; of refusal lines, `burst` per `window_s`, then one
-    line saying how many were dropped."""
+    """Lets every other line through; of refusal lines, `burst` per `window_s`, then,
+    when the next window opens, one line of its own saying how many were dropped."""
 
     def __init__(
         self,
@@ -89,11 +100,14 @@ class RefusalLogFilter(logging.Filter):
         burst: int = 5,
         window_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        summary: logging.Logger | None = None,
     ) -> None:
         super().__init__()
         self.burst = burst
         self.window_s = window_s
         self.clock = clock
+        # Its own logger: uvicorn's access formatter takes only its own five arguments.
+        self.summary = summary or logging.getLogger("app.refusals")
         self._began = -window_s
         self._passed = 0
         self._dropped = 0
@@ -104,9 +118,11 @@ class RefusalLogFilter(logging.Filter):
         now = self.clock()
         if now - self._began >= self.window_s:
             if self._dropped:
-                message = record.getMessage()
-                record.msg = f"%s (and {self._dropped} refused requests not logged)"
-                record.args = (message,)
+                self.summary.warning(
+                    "%d refused requests were not logged in %.0f s",
+                    self._dropped,
+                    now - self._began,
+                )
             self._began, self._passed, self._dropped = now, 0, 0
         if self._passed < self.burst:
             self._passed += 1
@@ -115,13 +131,23 @@ class RefusalLogFilter(logging.Filter):
         return False
 
 
+# uvicorn's lines a stranger can cause without any signature: refused requests and
+# handshakes (the templates, never the rendered text: a path can hold any character),
+# and garbage on the socket.
+_STRANGERS_ERROR_LINES = ("Invalid HTTP request received.", "Unsupported upgrade request.")
+_WS_TEMPLATE = '%s - "WebSocket %s"'
+
+
 def _is_refusal(record: logging.LogRecord) -> bool:
     if record.name == "uvicorn.access":
         args = record.args
         if isinstance(args, tuple) and args and isinstance(args[-1], int):
             return bool(args[-1] >= 400)
         return False
-    return bool(_WS_REFUSED.search(record.getMessage()))
+    template = str(record.msg)
+    if template.startswith(_WS_TEMPLATE):
+        return "[accepted]" not in template
+    return template in _STRANGERS_ERROR_LINES
 
 
 def server_options(*, head_timeout_s: float, max_connections: int) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+from agents.config import shown_url
 from telephony.twiml import is_transfer_target
 
 
@@ -44,17 +44,6 @@ def _env_field(env: str, default: Any, doc: str, *, secret: bool = False, url: b
         repr=not secret,
         metadata={"env": env, "doc": doc, "secret": secret, "url": url},
     )
-
-
-def shown_url(url: str) -> str:
-    """`url` fit for a log or a listing: user:password@ and ?query (API keys ride in
-    both) replaced by ***."""
-    parts = urlsplit(url)
-    if not parts.scheme or not parts.netloc:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    netloc = f"***@{host}" if "@" in parts.netloc else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "***" if parts.query else "", ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,7 +303,10 @@ class Settings:
         "the caller goes on (a hosted LLM bills those tokens too).",
     )
     llm_timeout_s: float = _env_field(
-        "LLM_TIMEOUT_S", 8.0, "A reply not started within this is a failed backend."
+        "LLM_TIMEOUT_S",
+        8.0,
+        "A reply not started within this is a failed backend (the apology). While every "
+        "embedded server is being restarted, a reply first waits up to this long for one.",
     )
     llm_gguf: str = _env_field(
         "LLM_GGUF", "", "GGUF file for the embedded server. Empty: bundled SmolLM2-135M."
@@ -323,7 +315,8 @@ class Settings:
         "LLM_EMBEDDED_PORT",
         0,
         "Port of the first embedded llama.cpp server (0: pick a free one). Fixed, it is "
-        "for other processes too (`serve --local-workers` sets it): calls use it last.",
+        "for the local workers (`serve --local-workers` sets it and hands them the servers' "
+        "per-process key; other processes get 401): calls use it last.",
     )
     llm_embedded_shared: int = _env_field(
         "LLM_EMBEDDED_SHARED",

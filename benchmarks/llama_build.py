@@ -38,7 +38,7 @@ llm.eval(ids)
 prompt_s = time.perf_counter() - started
 written = 0
 started = time.perf_counter()
-for token in llm.generate(ids, temp=0.0, reset=False):
+for token in llm.generate(ids, temp=0.0):  # the evaluated prompt is reused, not redone
     written += 1
     if written >= tokens:
         break

@@ -61,8 +61,10 @@ def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
         if len(fmt) < 40:
             raise WavError(f"{path}: an extensible WAV with a short format chunk")
         tag = struct.unpack_from("<H", fmt, 24)[0]  # the sub-format GUID's first field
-    if channels < 1 or rate < 1 or block < 1:
-        raise WavError(f"{path}: {channels} channels at {rate} Hz is no audio")
+    if channels < 1 or rate < 1 or block < 1 or block % channels:
+        raise WavError(
+            f"{path}: {channels} channels at {rate} Hz in {block}-byte frames is no audio"
+        )
     samples = _decode(path, audio[: len(audio) - len(audio) % block], tag, bits, block, channels)
     if channels > 1:
         samples = samples.reshape(-1, channels).mean(axis=1, dtype=np.float32)

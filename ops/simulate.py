@@ -35,7 +35,7 @@ from enum import Enum, StrEnum
 from functools import partial
 from pathlib import Path
 from typing import Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 import httpx
 import numpy as np
@@ -396,7 +396,15 @@ def check_stream_host(stream_url: str, public: str) -> None:
     """SimulationError unless `stream_url` is on `public`'s host and under its path."""
     stream, base = urlsplit(stream_url), urlsplit(public)
     prefix = base.path.rstrip("/") + "/"
-    if stream.netloc.lower() != base.netloc.lower() or not stream.path.startswith(prefix):
+    secure = {"https": True, "wss": True}
+
+    def origin(url: SplitResult) -> tuple[str | None, int]:
+        # ws(s) and http(s) on the same host and port are one server; default ports spelt
+        # out or not.
+        default = 443 if secure.get(url.scheme, False) else 80
+        return (url.hostname, url.port or default)
+
+    if origin(stream) != origin(base) or not stream.path.startswith(prefix):
         raise SimulationError(
             f"the server's TwiML names a stream at {stream.netloc}{stream.path[:80]}, "
             f"not under {public}: not signing a request for it"

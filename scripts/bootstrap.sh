@@ -39,14 +39,22 @@ LLAMA_VERSION="$(sed -n 's/.*"llama-cpp-python\[server\]==\([0-9.]*\)".*/\1/p' p
 [ -n "$LLAMA_VERSION" ] || { echo "bootstrap: cannot read the llama-cpp-python pin from pyproject.toml" >&2; exit 1; }
 ARCH="$(uname -m)"
 case "$ARCH" in
-  x86_64|amd64) default_llama_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON" ;;
+  x86_64|amd64)
+    if grep -qw avx2 /proc/cpuinfo 2>/dev/null || [ ! -r /proc/cpuinfo ]; then
+      default_llama_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+    else
+      # A CPU without AVX2 (QEMU's default models, Atom-class Celerons): the x86-64
+      # baseline, slower, and runs anywhere.
+      echo "== this CPU has no AVX2: building llama.cpp for the x86-64 baseline (slower)"
+      default_llama_args="-DGGML_NATIVE=OFF -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_BMI2=OFF"
+    fi ;;
   *) default_llama_args="-DGGML_NATIVE=OFF" ;;
 esac
 LLAMA_CMAKE_ARGS="${LLAMA_CMAKE_ARGS:-$default_llama_args}"
 # The wheel is kept under a key of everything that shapes the binary, never under the
 # version alone: flags, architecture, compiler, Python. A native build adds this CPU's model
 # and flags, so it is never handed to another CPU.
-llama_key_src="$LLAMA_VERSION|$LLAMA_CMAKE_ARGS|$ARCH|$("$PYTHON" -c 'import sys; print(sys.implementation.cache_tag)')|$(${CXX:-c++} --version 2>/dev/null | head -1)"
+llama_key_src="$LLAMA_VERSION|$LLAMA_CMAKE_ARGS|$ARCH|$(.venv/bin/python -c 'import sys; print(sys.implementation.cache_tag)')|$(${CXX:-c++} --version 2>/dev/null | head -1)"
 case "$LLAMA_CMAKE_ARGS" in
   *GGML_NATIVE=OFF*) ;;
   *) llama_key_src="$llama_key_src|$(grep -m1 -E '^(model name|flags|Features)' /proc/cpuinfo 2>/dev/null; grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null)" ;;

@@ -57,6 +57,15 @@ def test_settings(**overrides: Any) -> Settings:
     return Settings.from_env({}, **defaults)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that needs the real models (the `models` fixture, or `bot` on top of
+    it) is `slow`: `pytest -m "not slow"` is the fast tier. Tests that load models or run
+    servers of their own are marked in their modules."""
+    for item in items:
+        if "models" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def servers() -> Iterator[ServerThread]:
     thread = ServerThread()

@@ -185,20 +185,24 @@ async def test_half_open_request_heads_are_closed_beside_a_live_call(
     assert await call, "the genuine call was not answered during the attack"
 
 
-async def test_connections_beyond_the_cap_are_closed_at_once(
+async def test_idle_connections_give_way_to_a_genuine_call_at_the_cap(
     servers: ServerThread, models: CascadeModels
 ) -> None:
+    # A stranger fills every connection the server allows with half-open heads, and
+    # keeps them coming: the oldest of them gives way, never Twilio's webhook or stream.
     bot = start_bot(
         servers, models, twilio_auth_token=AUTH_TOKEN, max_connections=20, http_head_timeout_s=30
     )
     port = int(bot.url.rsplit(":", 1)[1])
     held = [await half_open(port) for _ in range(20)]
-    extra, extra_writer = await half_open(port)
     try:
+        newcomer = await half_open(port)
+        held.append(newcomer)
         async with asyncio.timeout(5):
             with contextlib.suppress(ConnectionError):
-                assert await extra.read() == b"", "the connection over the cap was not closed"
-        assert not any(reader.at_eof() for reader, _ in held)
+                assert await held[0][0].read() == b"", "the oldest idle one was not closed"
+        assert not newcomer[0].at_eof()
+        assert await genuine_call(bot), "a genuine call found no room beside idle sockets"
     finally:
-        for _, writer in [*held, (extra, extra_writer)]:
+        for _, writer in held:
             writer.close()

@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from agents.cascade.llm import ChatModel
-from agents.cascade.llm_server import EmbeddedLlamaServer, LlmStartError
-from agents.errors import LanguageModelError
+from agents.cascade.llm_server import EmbeddedLlamaServer
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +26,9 @@ STABLE_S = 60.0  # a server up this long had a real life: its next crash restart
 CRASH_LOOP = 3  # this many short lives in a row: a crash loop, said so in the log
 HOSTED_CHECK_S = 5.0
 RECOVERY_GRACE_S = 10.0
+CLEAN_STOP_WAIT_S = 2.0
+SUSPECT_S = 2.0  # a member a reply could not reach is left alone this long
+WAIT_POLL_S = 0.05
 HOSTED_LOG_EVERY_S = 60.0
 
 
@@ -120,6 +122,9 @@ class EmbeddedLlmSupervisor:
         self._backoff_s = backoff_s
         self._live = _Liveness(len(self.servers), up=True)
         self._causes = [""] * len(self.servers)
+        # Members a reply could not reach, until this time: a death the process watch
+        # has not seen yet (the child is reaped a moment later) must not be asked again.
+        self._suspect_until = [0.0] * len(self.servers)
 
     @property
     def ready(self) -> bool:
@@ -134,7 +139,11 @@ class EmbeddedLlmSupervisor:
 
     def alive(self, index: int) -> bool:
         # The process check sees a death before the watcher has run.
-        return self._live[index] and self.servers[index].running
+        return (
+            self._live[index]
+            and self.servers[index].running
+            and time.monotonic() >= self._suspect_until[index]
+        )
 
     @property
     def recovering(self) -> bool:
@@ -143,14 +152,20 @@ class EmbeddedLlmSupervisor:
         )
 
     async def wait_alive(self, timeout_s: float) -> bool:
-        if self.ready:
-            return True
-        return await self._live.wait_any(timeout_s) and self.ready
+        # Polled: liveness also turns on a process reaped, or a suspicion lapsing, which
+        # no event announces.
+        deadline = time.monotonic() + timeout_s
+        while not self.ready:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(WAIT_POLL_S)
+        return True
 
     def unreachable(self, index: int, error: str) -> None:
-        # The process watch is the judge: a refused connection from a live process is
-        # a stall to time out, not a death to restart.
+        # Most likely dead and not yet reaped; if the process lives on, it was a stall,
+        # and it is asked again once the suspicion lapses.
         log.debug("embedded LLM %d unreachable: %s", index, error)
+        self._suspect_until[index] = time.monotonic() + SUSPECT_S
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
@@ -169,9 +184,18 @@ class EmbeddedLlmSupervisor:
             self._causes[index] = cause
             lived = time.monotonic() - started
             short_lives = short_lives + 1 if lived < STABLE_S else 0
-            log.error(
-                "embedded LLM server %d (127.0.0.1:%d) %s; restarting", index, server.port, cause
-            )
+            if server.stopped_cleanly:
+                # Stopped from outside (SIGTERM to the whole service, as systemd does):
+                # our own shutdown is most likely under way and cancels this first.
+                log.warning("embedded LLM server %d %s; restarting", index, cause)
+                await asyncio.sleep(CLEAN_STOP_WAIT_S)
+            else:
+                log.error(
+                    "embedded LLM server %d (127.0.0.1:%d) %s; restarting",
+                    index,
+                    server.port,
+                    cause,
+                )
             await self._restart(index, short_lives)
 
     async def _restart(self, index: int, short_lives: int) -> None:
@@ -191,15 +215,16 @@ class EmbeddedLlmSupervisor:
             await asyncio.sleep(delay if failures else 0.0)
             try:
                 await server.start(warm_messages=self.warm_messages)
-            except LlmStartError as exc:
+            except Exception as exc:  # an OSError spawning it too: never end supervision
                 failures += 1
-                self._causes[index] = str(exc)
+                self._causes[index] = str(exc) or type(exc).__name__
                 log.error("embedded LLM server %d did not restart: %s", index, exc)
                 continue
             self.restarts += 1
             if self.on_restart is not None:
                 self.on_restart()
             self._causes[index] = ""
+            self._suspect_until[index] = 0.0
             self._live.set(index, True)
             log.warning("embedded LLM server %d restarted (pid %s)", index, server.pid)
             return
@@ -253,12 +278,17 @@ class HostedLlmWatch:
 
     async def check(self) -> bool:
         """Ask it once; True if it answered."""
+        deltas = self.chat.stream(self.probe_messages)
         try:
-            async for _ in self.chat.stream(self.probe_messages):
+            async for _ in deltas:
                 break
-        except LanguageModelError as exc:
-            self._error = str(exc)
+        except Exception as exc:  # whatever it answered, it did not answer well
+            self._error = str(exc) or type(exc).__name__
             return False
+        finally:
+            close = getattr(deltas, "aclose", None)  # an async generator: end its request
+            if close is not None:
+                await close()
         was_down = not self._live[0]
         self._live.set(0, True)
         self._down.clear()

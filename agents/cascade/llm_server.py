@@ -147,12 +147,16 @@ def describe_exit(returncode: int, log_tail: Sequence[str], *, port: int, model:
         return f"{how}: port 127.0.0.1:{port} is taken; free it, or set LLM_EMBEDDED_PORT"
     if "no module named" in text and "llama_cpp" in text:
         return f"{how}: llama-cpp-python is not installed; run ./scripts/bootstrap.sh"
-    if "failed to load model" in text or "gguf" in text:
+    if any(sign in text for sign in _MODEL_LOAD_FAILED):
         return (
             f"{how}: cannot load the model {model}: {last}; check LLM_GGUF, or run "
             "`offhook models` to verify the bundled one"
         )
     return f"{how}: {last}" if last else how
+
+
+# What llama.cpp and llama_cpp.server write when a model file cannot be loaded.
+_MODEL_LOAD_FAILED = ("failed to load model", "gguf_init_from_file", "invalid magic")
 
 
 def _last_meaningful(lines: Sequence[str]) -> str:
@@ -194,6 +198,7 @@ class EmbeddedLlamaServer:
         self._log_task: asyncio.Task[None] | None = None
         self._log_tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
         self._stopping = False
+        self._last_exit: int | None = None
 
     @property
     def base_url(self) -> str:
@@ -265,6 +270,9 @@ class EmbeddedLlamaServer:
             stderr=asyncio.subprocess.PIPE,
             env=self._environment(),
             preexec_fn=_die_with_parent,
+            # Out of our process group: a Ctrl-C meant for `serve` must not stop it
+            # behind our back (PR_SET_PDEATHSIG still ends it with us).
+            start_new_session=True,
         )
         self._log_task = asyncio.create_task(self._forward_logs(), name="llama-server-logs")
         try:
@@ -322,10 +330,11 @@ class EmbeddedLlamaServer:
                 ) from exc
         await self._raise_if_exited()
         try:
-            text = reply.json()["choices"][0]["message"]["content"]
+            # A completion came back: its words may be few or blank (a custom model).
+            message = reply.json()["choices"][0]["message"]
         except (ValueError, KeyError, IndexError, TypeError):
-            text = None
-        if reply.status_code != 200 or not isinstance(text, str) or not text.strip():
+            message = None
+        if reply.status_code != 200 or not isinstance(message, dict):
             raise LlmStartError(
                 f"embedded LLM server on port {self.port} wrote no completion "
                 f"(HTTP {reply.status_code}: {reply.text[:200]!r})"
@@ -344,11 +353,12 @@ class EmbeddedLlamaServer:
             )
 
     async def _exit_cause(self, process: asyncio.subprocess.Process) -> str:
-        # The last lines say why: let the log reader reach the end of the pipe first.
+        # The last lines say why: let the log reader reach the end of the pipe first
+        # (without swallowing a cancel of our own caller).
         if self._log_task is not None:
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._log_task), 1.0)
+            await asyncio.wait({self._log_task}, timeout=1.0)
         assert process.returncode is not None
+        self._last_exit = process.returncode
         return describe_exit(
             process.returncode, list(self._log_tail), port=self.port, model=self.model_path
         )
@@ -373,6 +383,11 @@ class EmbeddedLlamaServer:
     @property
     def running(self) -> bool:
         return self._process is not None and self._process.returncode is None
+
+    @property
+    def stopped_cleanly(self) -> bool:
+        """Its last exit was a clean stop (code 0, SIGTERM or SIGINT), not a crash."""
+        return self._last_exit in (0, -signal.SIGTERM, -signal.SIGINT)
 
     @property
     def stopping(self) -> bool:

@@ -29,14 +29,17 @@ import numpy as np
 CALLER_RATE = 16000  # unit audio from the gateway
 MIN_UNIT_MS, MAX_UNIT_MS = 20, 2000  # the settings allow 200..2000; tests go shorter
 MAX_UNIT_BYTES = CALLER_RATE * 2 * MAX_UNIT_MS // 1000  # PCM16
-# The largest frame a worker takes: a unit's audio (base64: 4/3 of MAX_UNIT_BYTES) or a
-# Prepare (persona and history) fit with room; uvicorn's default is 16 MiB.
+# The largest frame a worker takes: a unit's audio (base64: 4/3 of MAX_UNIT_BYTES) and a
+# Prepare (MAX_PREPARE_CHARS) fit with room; uvicorn's default is 16 MiB.
 MAX_WORKER_FRAME_BYTES = 1 << 20
 MAX_RESULT_AUDIO_S = 30  # a unit's reply audio; the client's frame limit bounds it too
 RESULT_RATES = frozenset({8000, 16000, 22050, 24000, 44100, 48000})
 MAX_TEXT = 4000  # characters of one field of words
 MAX_PROMPT = 32_000
 MAX_HISTORY = 200
+# Persona and history together: with every character \u-escaped (6 bytes) a Prepare
+# still fits MAX_WORKER_FRAME_BYTES.
+MAX_PREPARE_CHARS = 128_000
 MAX_NAME = 200  # ids, reasons, backend names
 MAX_SEQ = 2**31  # a month of 1 s units, with room
 MAX_CONTEXT = 10**7
@@ -119,6 +122,9 @@ class Prepare:
                 raise _fail(
                     self, f"history: expected {{role, content}} messages, got {message!r}"[:200]
                 )
+        total = len(self.system_prompt) + sum(len(m["content"]) for m in self.history)
+        if total > MAX_PREPARE_CHARS:
+            raise _fail(self, f"persona and history: {total} characters, over {MAX_PREPARE_CHARS}")
         _int(self, "unit_ms", MIN_UNIT_MS, MAX_UNIT_MS)
         _str(self, "voice", MAX_NAME)
         if not isinstance(self.config, dict) or len(self.config) > 32:

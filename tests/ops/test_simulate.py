@@ -507,6 +507,7 @@ def test_bot_spans_join_a_replys_sentence_pauses_but_not_two_replies() -> None:
         "wss://evil.example.com/twilio/media",
         "wss://bot.example.com.evil.example.com/twilio/media",
         "wss://bot.example.com/elsewhere/media",
+        "wss://bot.example.com:8443/calls/twilio/media",
     ],
 )
 def test_the_simulator_signs_no_stream_url_outside_the_servers_own(stream: str) -> None:
@@ -515,3 +516,7 @@ def test_the_simulator_signs_no_stream_url_outside_the_servers_own(stream: str) 
     with pytest.raises(SimulationError, match="not signing"):
         check_stream_host(stream, "https://bot.example.com/calls")
     check_stream_host("wss://bot.example.com/calls/twilio/media", "https://bot.example.com/calls")
+    check_stream_host(
+        "wss://bot.example.com/calls/twilio/media", "https://bot.example.com:443/calls"
+    )
+    check_stream_host("ws://127.0.0.1:8080/twilio/media", "http://127.0.0.1:8080")
