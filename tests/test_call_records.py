@@ -147,6 +147,7 @@ async def test_an_abrupt_hang_up_still_closes_a_complete_record(bot: Bot) -> Non
     assert record.transcript()["turns"][0]["speaker"] == "bot"
 
 
+@pytest.mark.slow  # a real serve process with its models
 def test_a_server_killed_mid_call_leaves_a_readable_record(tmp_path: Path) -> None:
     port = free_port()
     env = {

@@ -693,6 +693,7 @@ async def test_a_call_record_is_private_to_the_service_user(bot: Bot) -> None:
     assert modes and set(modes.values()) == {0o600}, modes
 
 
+@pytest.mark.slow  # loads the models
 async def test_health_shows_strangers_no_load_errors(servers: ServerThread) -> None:
     broken = start_bot(
         servers,

@@ -272,6 +272,7 @@ async def test_callers_beyond_capacity_hear_a_busy_message(
     assert report.greeting_start_ms is not None
 
 
+@pytest.mark.slow  # loads the models
 async def test_health_is_ready_only_once_models_are_loaded(servers: ServerThread) -> None:
     loading = start_bot(
         servers,

@@ -173,6 +173,7 @@ def smollm() -> ModelCache:
     return ModelCache(Settings.from_env({}).model_cache_dir)
 
 
+@pytest.mark.slow  # a real llama.cpp server
 async def test_a_server_asked_twice_at_once_finishes_both_replies(smollm: ModelCache) -> None:
     # llama_cpp.server's default ends a streaming reply once another request waits: the
     # first caller's answer stopped after the words it had (often none).

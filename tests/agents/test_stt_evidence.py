@@ -34,6 +34,8 @@ from ops.caller_voice import LINE_RATE, speak
 from ops.line import active_rms, babble
 from ops.stt_evidence import Clip, front_end
 
+pytestmark = pytest.mark.slow  # real Whisper on synthesised speech
+
 # --- the verdict, as a table --------------------------------------------------------------
 # Rows are measured transcripts (ops.stt_evidence) or the cases around them.
 

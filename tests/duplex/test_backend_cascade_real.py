@@ -7,6 +7,7 @@ Loads Whisper, Smart Turn, Piper and the embedded llama.cpp server from the mode
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from agents.duplex.backend import UnitOutcome
 from agents.duplex.cascade_backend import CascadeDuplexBackend
@@ -14,6 +15,8 @@ from agents.duplex.protocol import Prepare
 from app.settings import Settings
 from media.resample import resample
 from ops.caller_voice import speak
+
+pytestmark = pytest.mark.slow  # the real models
 
 UNIT = 16000  # 1 s units
 

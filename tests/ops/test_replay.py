@@ -183,6 +183,7 @@ def recorded(tmp_path: Path) -> CallRecord:
     return build_call(tmp_path / "calls", CallSpec(CALL_SID, THREE_TURNS))
 
 
+@pytest.mark.slow  # a replayed call in real time
 async def test_a_fast_bot_is_not_worse_and_keeps_the_callers_timing(
     fake_bot: Callable[[int], FakeBot], recorded: CallRecord
 ) -> None:
@@ -223,6 +224,7 @@ async def test_a_fast_bot_is_not_worse_and_keeps_the_callers_timing(
     assert verdict(result, 300) == (False, [])
 
 
+@pytest.mark.slow  # a replayed call in real time
 def test_a_bot_800_ms_slower_is_worse_and_the_cli_exits_1(
     fake_bot: Callable[[int], FakeBot],
     recorded: CallRecord,
@@ -254,6 +256,7 @@ def test_a_bot_800_ms_slower_is_worse_and_the_cli_exits_1(
     assert "recorded 500 ms" in out
 
 
+@pytest.mark.slow  # a replayed call in real time
 async def test_at_double_speed_the_call_clock_holds_and_the_result_warns(
     fake_bot: Callable[[int], FakeBot], recorded: CallRecord
 ) -> None:
