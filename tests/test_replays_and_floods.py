@@ -206,3 +206,79 @@ async def test_idle_connections_give_way_to_a_genuine_call_at_the_cap(
     finally:
         for _, writer in held:
             writer.close()
+
+
+@pytest.mark.timeout(240)
+def test_a_flood_of_forged_requests_writes_a_few_log_lines_not_one_each(tmp_path: Path) -> None:
+    # `offhook serve` as deployed (uvicorn's access log on): forged webhooks, forged
+    # stream handshakes and garbage on the socket, 600 in all, a few lines in the log.
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    import httpx
+
+    from ops.local_server import free_port
+
+    port = free_port()
+    env = {
+        **os.environ,
+        "PORT": str(port),
+        "HOST": "127.0.0.1",
+        "PUBLIC_URL": f"http://127.0.0.1:{port}",
+        "TWILIO_AUTH_TOKEN": AUTH_TOKEN,
+        "DATA_DIR": str(tmp_path / "data"),
+        "LLM_EMBEDDED_SERVERS": "1",
+        "LOG_LEVEL": "INFO",
+    }
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve"], env=env, stdout=log, stderr=log
+        )
+        try:
+            for _ in range(600):
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/livez", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.2)
+            before = len(log_path.read_text().splitlines())
+            with httpx.Client() as client:
+                for _ in range(300):
+                    forged = client.post(
+                        f"http://127.0.0.1:{port}/twilio/voice",
+                        data={"CallSid": "CA" + "1" * 32},
+                        headers={"X-Twilio-Signature": "forged"},
+                    )
+                    assert forged.status_code == 403
+                for n in range(200):
+                    handshake = client.get(
+                        f'http://127.0.0.1:{port}/twilio/media?n={n}"x',
+                        headers={
+                            "Connection": "Upgrade",
+                            "Upgrade": "websocket",
+                            "Sec-WebSocket-Version": "13",
+                            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                            "X-Twilio-Signature": "forged",
+                        },
+                    )
+                    assert handshake.status_code == 403
+            for _ in range(100):
+                with socket.create_connection(("127.0.0.1", port)) as raw:
+                    raw.sendall(b"\x00\x01garbage\r\n\r\n")
+                    raw.recv(1024)
+            assert httpx.get(f"http://127.0.0.1:{port}/livez", timeout=5).status_code == 200
+        finally:
+            serve.terminate()
+            serve.wait(60)
+    written = log_path.read_text().splitlines()[before:]
+    assert "Logging error" not in "\n".join(written) and "Traceback" not in "\n".join(written)
+    about_the_flood = [
+        line
+        for line in written
+        if " 403" in line or "WebSocket" in line or "Invalid HTTP" in line or "refus" in line
+    ]
+    assert len(about_the_flood) <= 20, "\n".join(about_the_flood[:40])

@@ -80,3 +80,16 @@ def test_served_requests_and_accepted_streams_are_always_logged() -> None:
     assert all(limit.filter(access(status)) for status in (200, 204, 301))
     assert limit.filter(handshake("[accepted]"))
     assert not limit.filter(access(404)) and not limit.filter(handshake("403"))
+
+
+def test_records_it_lets_through_stay_as_uvicorns_formatter_wants_them() -> None:
+    from uvicorn.logging import AccessFormatter
+
+    clock = Clock()
+    limit = RefusalLogFilter(burst=1, window_s=60, clock=clock)
+    for _ in range(3):
+        limit.filter(access(403))
+    clock.now = 61
+    record = access(403)
+    assert limit.filter(record)
+    assert "403" in AccessFormatter("%(message)s", use_colors=False).format(record)
