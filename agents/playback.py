@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from agents.events import Clear, EventSink, MarkEchoed, MarkSent
+from callevents import Clear, EventSink, MarkEchoed, MarkSent
 from media.codec import mulaw_encode
 from media.playout import Heard, PlayoutClock
 from media.resample import resample

@@ -22,7 +22,13 @@ from agents.control import CallPolicy
 from agents.conversation import REDACTED_KEY, Conversation
 from agents.duplex.gateway import CallInputs, DuplexAgent
 from agents.duplex.pool import Lease, NoWorker, QueueFull, WorkerPool
-from agents.events import (
+from agents.inputs import Digits
+from agents.playback import Playback
+from agents.tasks import cancel_and_wait, create_task
+from agents.turns.settings import turn_taking
+from app.control import Ended, SessionControls, rest_client
+from app.limits import KeypadLimit, MediaPace
+from callevents import (
     AnsweredBy,
     BargeIn,
     CallEvent,
@@ -32,12 +38,6 @@ from agents.events import (
     StreamStart,
     StreamStop,
 )
-from agents.inputs import Digits
-from agents.playback import Playback
-from agents.tasks import cancel_and_wait, create_task
-from agents.turns.settings import turn_taking
-from app.control import Ended, SessionControls, rest_client
-from app.limits import KeypadLimit, MediaPace
 from media.codec import float_to_pcm16, mulaw_decode
 from media.echo import REFERENCE_LEAD_MS
 from media.frontend import FrontEnd, FrontEndOutput

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from agents.events import CallStatus
 from app.paths import CALL_STATUS_PATH
 from app.webhook import Refused, account_sid, call_sid, party, signed_form
+from callevents import CallStatus
 from recordings.errors import RecordError
 from recordings.late import append_late_event
 from recordings.recorder import CallRecorder

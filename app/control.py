@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from agents.control import EndReason, TransferReason
-from agents.events import CallEnded, CallEvent, Transfer
 from app.settings import Settings
+from callevents import CallEnded, CallEvent, Transfer
 from telephony.control import CallControl
 from telephony.errors import CallControlError
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from agents.cascade.agent import CascadeModels
 from agents.cascade.llm_health import EmbeddedLlmSupervisor
 from agents.duplex.pool import PoolMetrics, WorkerPool
-from agents.events import CallStatus
 
 # Model loading lives in agents/, where `offhook worker` can use it without the app; the
 # name stays importable from here for code not yet moved to `agents.loading`.
@@ -23,6 +22,7 @@ from app.heap import CallSweeper
 from app.metrics import Metrics
 from app.refusal_log import RefusalLog
 from app.settings import Settings
+from callevents import CallStatus
 from recordings.privacy import mask_number
 from telephony.security import CallTokens, WebhookValidator
 

@@ -180,7 +180,7 @@ def _server_breakdown(calls_dir: Path, since: datetime) -> dict[str, float]:
     Read from the records of the calls since `since` (their `turn_timing` events): the
     server keeps no finished call in memory.
     """
-    from agents.events import TurnTiming, parse_timeline
+    from callevents import TurnTiming, parse_timeline
     from recordings.store import RecordStore
 
     store = RecordStore(calls_dir)

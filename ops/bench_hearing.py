@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from agents.events import EndOfTurn, parse_timeline
+from callevents import EndOfTurn, parse_timeline
 from ops.caller_voice import CallerVoice
 from ops.line import EchoPath, LineConditions, NoiseSource, active_rms
 from ops.measure import BENCH_TOKEN, machine, percentile

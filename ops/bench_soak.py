@@ -106,7 +106,7 @@ class Server:
         # server's loop on its next log line.
         self._log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve"],
+            [sys.executable, "-m", "cli", "serve"],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=self._log,

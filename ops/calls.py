@@ -36,7 +36,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from agents.events import (
+from callevents import (
     AnsweredBy,
     BargeIn,
     CallEnded,

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from agents.events import BargeIn, EndOfTurn, SpeechStart, SpeechStop, parse_timeline
+from callevents import BargeIn, EndOfTurn, SpeechStart, SpeechStop, parse_timeline
 from recordings.record import CallRecord
 
 __all__ = [

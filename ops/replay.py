@@ -35,7 +35,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from agents.events import Clear, parse_timeline
+from callevents import Clear, parse_timeline
 from ops.plot import speech_spans
 from ops.simulate import (
     FRAME_SAMPLES,

@@ -51,8 +51,8 @@ timeline.jsonl
     `{"t_ms": float (call clock), "event": str, ...data}`. Values are coerced to JSON
     (numpy scalars to numbers, NaN to null, anything unknown to str()). A crash may
     leave a last line without its newline; readers skip it. Each kind of event is one
-    class in agents/events.py (its name and fields); readers turn lines back into those
-    with `agents.events.parse_event`. The store reads these back for a crashed call:
+    class in callevents/__init__.py (its name and fields); readers turn lines back into those
+    with `callevents.parse_event`. The store reads these back for a crashed call:
 
         caller_turn  {"text", "start_ms", "end_ms"}
         bot_turn     {"turn_id", "text", "intended", "truncated", "start_ms", "end_ms"}

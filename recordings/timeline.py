@@ -2,7 +2,7 @@
 
 Used for records whose call never got to write its own transcript.json and
 meta["summary"], which is every crashed call. Each line is read as its typed event
-(`agents.events.parse_event`, which also reads the names older versions wrote, such as
+(`callevents.parse_event`, which also reads the names older versions wrote, such as
 `backend_error` for `Error`); only CallerTurn, BotTurn, TurnTiming, BargeIn and Error
 count, the rest are ignored.
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agents.events import BargeIn, BotTurn, CallerTurn, Error, TurnTiming, parse_timeline
+from callevents import BargeIn, BotTurn, CallerTurn, Error, TurnTiming, parse_timeline
 
 __all__ = ["TimelineStats", "last_t_ms", "stats_from_timeline", "transcript_from_timeline"]
 

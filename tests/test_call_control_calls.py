@@ -21,8 +21,8 @@ import pytest
 
 from agents.cascade.agent import DEFAULT_FAREWELL, DEFAULT_REPROMPT, CascadeModels
 from agents.conversation import Speaker
-from agents.events import Transfer as TransferEvent
-from agents.events import parse_timeline
+from callevents import Transfer as TransferEvent
+from callevents import parse_timeline
 from ops.calls import main as calls_main
 from ops.local_server import ServerThread
 from ops.simulate import CallerTurn, CallReport

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from agents.events import (
+from callevents import (
     BargeIn,
     Clear,
     EndOfTurn,
@@ -32,7 +32,7 @@ from agents.events import (
     StreamStop,
     parse_timeline,
 )
-from agents.events import CallerTurn as CallerTurn_
+from callevents import CallerTurn as CallerTurn_
 from ops.calls import main as calls_main
 from ops.local_server import free_port
 from ops.simulate import CallerTurn, SimulationConfig, simulate_call
@@ -160,7 +160,7 @@ def test_a_server_killed_mid_call_leaves_a_readable_record(tmp_path: Path) -> No
         "LOG_LEVEL": "WARNING",
     }
     server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve"],
+        [sys.executable, "-m", "cli", "serve"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -21,7 +21,7 @@ from agents.cascade.agent import CascadeModels
 from agents.duplex.cascade_backend import CascadeDuplexBackend
 from agents.duplex.protocol import Prepared, decode, encode
 from agents.duplex.worker import create_worker_app
-from agents.events import Fallback, parse_timeline
+from callevents import Fallback, parse_timeline
 from media.vad import SileroVad
 from ops.local_server import ServerThread, free_port
 from ops.simulate import CallerTurn, SimulationConfig, simulate_call

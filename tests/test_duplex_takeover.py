@@ -22,7 +22,7 @@ from agents.cascade.agent import CascadeModels
 from agents.cascade.llm import ChatPool, OpenAIChat
 from agents.conversation import Speaker, Turn
 from agents.duplex.local import LocalWorkers
-from agents.events import Fallback, parse_timeline
+from callevents import Fallback, parse_timeline
 from ops.local_server import ServerThread, free_port
 from ops.simulate import CallerTurn, SimulationConfig, simulate_call
 from tests.conftest import AUTH_TOKEN, Bot, finished_record, recorded_turns, start_bot

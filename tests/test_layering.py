@@ -1,11 +1,20 @@
 """The package layers: what each package may import, read from the source (ast), not at run time.
 
-    app, ops  ─►  agents  ─►  media, telephony
+    cli  ─►  ops  ─►  app  ─►  agents  ─►  media, telephony  ─►  callevents
+                       └──────►  recordings  ─────────────────────►  callevents
 
-agents/ never imports app/ (not in a function, not under TYPE_CHECKING): `offhook worker`
-runs agents without the app, and the app hands agents what they need (settings as
-`agents.config` Protocols, metrics as `agents.metrics.AgentMetrics`). media/ and
-telephony/ import none of agents/, app/, ops/.
+Each arrow points down; nothing imports anything above it (not in a function, not under
+TYPE_CHECKING):
+- callevents/, the call-event schema, imports nothing of ours: producers (telephony,
+  agents) and consumers (recordings, metrics, the CLI) all read it.
+- media/ and telephony/ import only callevents.
+- agents/ never imports app/: `offhook worker` runs agents without the app, and the app
+  hands agents what they need (settings as `agents.config` Protocols, metrics as
+  `agents.metrics.AgentMetrics`).
+- recordings/ writes and reads a call's record; it knows the event schema, not who made it.
+- app/ never imports ops/ or cli/; ops/ never imports cli/. The `offhook` command (cli/)
+  sits above both.
+- No installed package imports benchmarks/ or tests/, which are not installed.
 """
 
 from __future__ import annotations
@@ -90,19 +99,50 @@ def _params(*packages: str) -> list[object]:
 
 def test_every_package_has_files() -> None:
     """A moved folder must not make the checks below pass by checking nothing."""
-    for package in ("agents", "media", "telephony"):
+    for package in INSTALLED:
+        assert len(_files(package)) >= 1, package
+    for package in ("agents", "media", "telephony", "recordings", "app", "ops"):
         assert len(_files(package)) > 3, package
     assert ROOT / "agents/duplex/worker.py" in _files("agents")
 
 
-@pytest.mark.parametrize("path", _params("agents"))
-def test_agents_import_nothing_from_app(path: Path) -> None:
-    assert violations(path, ("app",)) == []
+INSTALLED = ("callevents", "telephony", "media", "agents", "recordings", "app", "ops", "cli")
+NOT_INSTALLED = ("benchmarks", "tests")
+
+
+@pytest.mark.parametrize("path", _params("callevents"))
+def test_the_event_schema_imports_nothing_of_ours(path: Path) -> None:
+    assert violations(path, tuple(p for p in INSTALLED if p != "callevents")) == []
 
 
 @pytest.mark.parametrize("path", _params("media", "telephony"))
 def test_media_and_telephony_import_no_higher_layer(path: Path) -> None:
-    assert violations(path, ("agents", "app", "ops")) == []
+    assert violations(path, ("agents", "recordings", "app", "ops", "cli")) == []
+
+
+@pytest.mark.parametrize("path", _params("agents"))
+def test_agents_import_nothing_from_app(path: Path) -> None:
+    assert violations(path, ("recordings", "app", "ops", "cli")) == []
+
+
+@pytest.mark.parametrize("path", _params("recordings"))
+def test_recordings_know_the_schema_not_its_producers(path: Path) -> None:
+    assert violations(path, ("telephony", "media", "agents", "app", "ops", "cli")) == []
+
+
+@pytest.mark.parametrize("path", _params("app"))
+def test_the_app_imports_neither_ops_nor_the_cli(path: Path) -> None:
+    assert violations(path, ("ops", "cli")) == []
+
+
+@pytest.mark.parametrize("path", _params("ops"))
+def test_ops_imports_not_the_cli(path: Path) -> None:
+    assert violations(path, ("cli",)) == []
+
+
+@pytest.mark.parametrize("path", _params(*INSTALLED))
+def test_no_installed_package_imports_benchmarks_or_tests(path: Path) -> None:
+    assert violations(path, NOT_INSTALLED) == []
 
 
 def test_the_checker_sees_every_kind_of_import() -> None:

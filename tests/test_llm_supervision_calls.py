@@ -119,7 +119,7 @@ def test_serve_with_a_corrupt_model_exits_with_the_reason_and_is_never_ready(
     }
     env.pop("LLM_BASE_URL", None)
     serve = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve"],
+        [sys.executable, "-m", "cli", "serve"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

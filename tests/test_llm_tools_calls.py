@@ -15,7 +15,7 @@ import pytest
 
 from agents.cascade.agent import DEFAULT_FAREWELL, CascadeModels
 from agents.cascade.llm import OpenAIChat, ToolsMode
-from agents.events import ToolCalled
+from callevents import ToolCalled
 from ops.local_server import ServerThread
 from ops.simulate import CallerTurn
 from telephony.twiml import dial_twiml

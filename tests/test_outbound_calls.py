@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from agents.cascade.agent import CascadeModels
-from agents.events import CallStatus
-from app.cli import main as offhook
+from callevents import CallStatus
+from cli.main import main as offhook
 from ops.local_server import ServerThread
 from ops.simulate import BEEP_MS, CallerTurn, answering_machine
 from tests.conftest import AUTH_TOKEN, Bot, start_bot

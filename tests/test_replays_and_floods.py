@@ -235,7 +235,7 @@ def test_a_flood_of_forged_requests_writes_a_few_log_lines_not_one_each(tmp_path
     log_path = tmp_path / "serve.log"
     with open(log_path, "wb") as log:
         serve = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve"], env=env, stdout=log, stderr=log
+            [sys.executable, "-m", "cli", "serve"], env=env, stdout=log, stderr=log
         )
         try:
             for _ in range(600):

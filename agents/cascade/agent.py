@@ -29,25 +29,6 @@ from agents.cascade.tts import TextToSpeech
 from agents.control import CALL_TOOLS, CallControls, CallPolicy, EndReason, TransferReason
 from agents.conversation import Conversation, Turn
 from agents.errors import BackendError, LanguageModelError
-from agents.events import (
-    BargeIn,
-    BotTurn,
-    CallEnding,
-    CallerTurn,
-    Dtmf,
-    Error,
-    EventSink,
-    FirstAudio,
-    LlmFirstToken,
-    ReplyCancelled,
-    ReplyStart,
-    ToolCalled,
-    TransferRequested,
-)
-from agents.events import Hold as HoldEvent
-from agents.events import Reprompt as RepromptEvent
-from agents.events import Resume as ResumeEvent
-from agents.events import TurnTiming as TurnTimingEvent
 from agents.inputs import Digits
 from agents.playback import PHONE_RATE, Playback
 from agents.scheduler import ModelScheduler
@@ -71,6 +52,25 @@ from agents.turns.engine import (
     TurnTaking,
 )
 from agents.turns.text import is_farewell, sounds_finished, wants_a_person
+from callevents import (
+    BargeIn,
+    BotTurn,
+    CallEnding,
+    CallerTurn,
+    Dtmf,
+    Error,
+    EventSink,
+    FirstAudio,
+    LlmFirstToken,
+    ReplyCancelled,
+    ReplyStart,
+    ToolCalled,
+    TransferRequested,
+)
+from callevents import Hold as HoldEvent
+from callevents import Reprompt as RepromptEvent
+from callevents import Resume as ResumeEvent
+from callevents import TurnTiming as TurnTimingEvent
 from media.frontend import FrontEndOutput
 
 if TYPE_CHECKING:

@@ -28,12 +28,12 @@ from agents.conversation import Conversation, Speaker, Turn
 from agents.duplex.client import WorkerDied, WorkerError, WorkerSession, WorkerStalled
 from agents.duplex.handover import UnansweredInput
 from agents.duplex.protocol import Prepare, Result, pcm16_array
-from agents.events import BargeIn, BotTurn, CallerTurn, EventSink, Fallback
-from agents.events import Hold as HoldEvent
-from agents.events import Resume as ResumeEvent
 from agents.inputs import Digits
 from agents.playback import PHONE_RATE, Playback
 from agents.turns.engine import Frame, Overlap, RecentFrames, TurnTaking
+from callevents import BargeIn, BotTurn, CallerTurn, EventSink, Fallback
+from callevents import Hold as HoldEvent
+from callevents import Resume as ResumeEvent
 from media.frontend import FrontEndOutput
 from media.vad import SpeechStarted, SpeechStopped
 

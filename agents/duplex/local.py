@@ -82,7 +82,7 @@ def spawn_worker(
 ) -> subprocess.Popen[bytes]:
     """Start one `offhook worker` (or `command`) that ends with this process."""
     if command is None:
-        command = [sys.executable, "-m", "app.cli", "worker", "--backend", backend]
+        command = [sys.executable, "-m", "cli", "worker", "--backend", backend]
         command += ["--port", str(port), "--worker-id", f"local-{index}"]
     log = None
     if log_dir is not None:

@@ -27,7 +27,7 @@ def _backend(
     if name == "minicpmo":
         return _minicpmo(model, settings, minicpmo_loader)
     if settings is None:
-        # Settings come from whoever starts the worker (app.cli: `offhook worker`), as
+        # Settings come from whoever starts the worker (cli.main: `offhook worker`), as
         # agents never import the app.
         raise SystemExit("the cascade backend needs settings: start it with `offhook worker`")
     from agents.duplex.cascade_backend import SettingsCascadeBackend

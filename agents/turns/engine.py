@@ -22,18 +22,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from agents.events import (
-    Backchannel,
-    CallEvent,
-    EchoIgnored,
-    EndOfTurn,
-    EventSink,
-    NotSpeech,
-    PatienceRaised,
-    SpeechStart,
-    SpeechStop,
-    TurnCapped,
-)
 from agents.turns.text import (
     addresses_the_listener,
     announces_more,
@@ -48,6 +36,18 @@ from agents.turns.text import (
     sentences,
     sounds_finished,
     takes_the_turn,
+)
+from callevents import (
+    Backchannel,
+    CallEvent,
+    EchoIgnored,
+    EndOfTurn,
+    EventSink,
+    NotSpeech,
+    PatienceRaised,
+    SpeechStart,
+    SpeechStop,
+    TurnCapped,
 )
 from media.vad import SpeechStarted, SpeechStopped, VadEvent
 

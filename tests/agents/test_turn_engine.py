@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from agents.events import Backchannel, EchoIgnored, NotSpeech, PatienceRaised, TurnCapped
 from agents.turns.engine import (
     Answer,
     Clear,
@@ -27,6 +26,7 @@ from agents.turns.engine import (
     TurnState,
     TurnTaking,
 )
+from callevents import Backchannel, EchoIgnored, NotSpeech, PatienceRaised, TurnCapped
 from tests.agents.turn_script import (
     BOT_DB,
     FLOOR_DB,

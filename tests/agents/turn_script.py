@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.events import CallEvent
 from agents.turns.engine import (
     Answer,
     Clear,
@@ -32,6 +31,7 @@ from agents.turns.engine import (
     TurnEngine,
     TurnTaking,
 )
+from callevents import CallEvent
 from media.vad import SpeechStarted, SpeechStopped, VadEvent
 
 RATE = 16000

@@ -243,7 +243,7 @@ def test_a_token_without_a_public_url_is_refused() -> None:
 def test_offhook_serve_refuses_a_token_without_a_public_url(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from app.cli import main
+    from cli.main import main
 
     monkeypatch.setenv("TWILIO_AUTH_TOKEN", "t" * 32)
     monkeypatch.delenv("PUBLIC_URL", raising=False)

@@ -127,7 +127,7 @@ def test_a_healthy_start_with_local_workers_logs_no_failure(tmp_path) -> None:
     with open(log_path, "wb") as log:
         serve = subprocess.Popen(
             [
-                *(sys.executable, "-m", "app.cli", "serve", "--local-workers", "1"),
+                *(sys.executable, "-m", "cli", "serve", "--local-workers", "1"),
                 *("--worker-port", str(worker_port)),
             ],
             env=env,

@@ -4,7 +4,7 @@ A record is described by a CallSpec (who called, when, how it ended) and its Exc
 (one caller utterance and the bot's answer each). `build_call` turns that into what the
 server would have recorded: caller.wav with speech-like audio over a faint line noise,
 bot.wav with the greeting and replies where the caller heard them (cut short at a
-barge-in), the timeline events the agent emits (typed, from agents.events: SpeechStart,
+barge-in), the timeline events the agent emits (typed, from callevents: SpeechStart,
 SpeechStop, EndOfTurn, CallerTurn, TurnTiming, BotTurn, BargeIn, Clear, Error),
 transcript.json and meta.json with the call's summary.
 
@@ -29,7 +29,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from agents.events import (
+from callevents import (
     BargeIn,
     BotTurn,
     CallerTurn,

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.events import (
+from callevents import (
     BargeIn,
     CallEvent,
     Clear,

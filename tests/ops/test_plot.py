@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.events import BargeIn, EndOfTurn, SpeechStart, SpeechStop
+from callevents import BargeIn, EndOfTurn, SpeechStart, SpeechStop
 from ops.calls import main
 from ops.plot import TimelineMarks, marks_from_record, plot_timeline, speech_spans, voiced_spans
 from recordings.store import RecordStore

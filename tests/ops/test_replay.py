@@ -27,7 +27,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from twilio.request_validator import RequestValidator
 
-from agents.events import Clear, SpeechStart, SpeechStop
+from callevents import Clear, SpeechStart, SpeechStop
 from media.codec import mulaw_decode, mulaw_encode
 from ops.calls import main
 from ops.replay import ReplayResult, TurnDiff, caller_segments, replay, speed_warning, verdict

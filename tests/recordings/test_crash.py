@@ -22,7 +22,7 @@ CALL = textwrap.dedent(
     import os, sys
     from pathlib import Path
     import numpy as np
-    from agents.events import BargeIn, BotTurn, CallerTurn, Error, TurnTiming
+    from callevents import BargeIn, BotTurn, CallerTurn, Error, TurnTiming
     from recordings import CallRecorder
 
     recorder = CallRecorder(

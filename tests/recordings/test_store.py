@@ -5,7 +5,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agents.events import BargeIn, BotTurn, CallerTurn, Error, TurnTiming
+from callevents import BargeIn, BotTurn, CallerTurn, Error, TurnTiming
 from recordings.errors import CorruptRecord, InvalidCallId, RecordError, RecordNotFound
 from recordings.jsonio import dumps_line, write_json_atomic
 from recordings.layout import format_time

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-import agents.events as events_module
-from agents.events import (
+import callevents as events_module
+from callevents import (
     BargeIn,
     BotTurn,
     CallerTurn,

@@ -213,7 +213,3 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"offhook: {exc}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
