@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -24,8 +24,9 @@ from agents.cascade.clauses import ClauseSplitter
 from agents.cascade.draft import DraftBoard, ReplyDraft
 from agents.cascade.llm import ChatModel, ChatPool, Message, ToolCall, ToolChat
 from agents.cascade.llm_health import LlmHealth
-from agents.cascade.stt import SpeechToText, Transcript, assess
+from agents.cascade.stt import SpeechToText
 from agents.cascade.tts import TextToSpeech
+from agents.cascade.turn_evaluator import EndOfTurn, TurnEvaluator
 from agents.control import CALL_TOOLS, CallControls, CallPolicy, EndReason, TransferReason
 from agents.conversation import Conversation, Turn
 from agents.errors import BackendError, LanguageModelError
@@ -33,16 +34,13 @@ from agents.inputs import Digits
 from agents.playback import PHONE_RATE, Playback
 from agents.scheduler import ModelScheduler
 from agents.tasks import cancel_and_wait, create_task
-from agents.turns.audio import CallerAudio
 from agents.turns.engine import (
     Answer,
     Clear,
     Decision,
     DropEvaluation,
     Evaluate,
-    Evaluation,
     Frame,
-    Hearing,
     Hold,
     Reopen,
     Reprompt,
@@ -91,13 +89,6 @@ log = logging.getLogger(__name__)
 
 RATE = 16000  # front-end output rate
 T = TypeVar("T")
-
-
-class EndOfTurn:
-    """Anything with `predict(audio_16k) -> P(turn complete)`."""
-
-    def predict(self, audio_16k: np.ndarray) -> float:  # pragma: no cover - protocol
-        raise NotImplementedError
 
 
 @dataclass
@@ -158,34 +149,6 @@ class TurnTiming:
     mouth_to_mouth_ms: float | None = None
 
 
-@dataclass(slots=True)
-class _Running:
-    """An evaluation the engine asked for, running in the background."""
-
-    ticket: Evaluate
-    task: asyncio.Task[Evaluation | BackendError]
-    started: float
-    stt_from: int  # Whisper heard [stt_from, end); what came before is `_Transcribed`
-
-
-@dataclass(frozen=True, slots=True)
-class _Transcribed:
-    """A long turn's words up to one of its pauses, so later evaluations of the same turn
-    transcribe only what came after: a minute read aloud is heard whole (Whisper sees 30
-    s at most), and its last evaluation costs seconds less."""
-
-    start: int  # the utterance's start
-    end: int  # the pause
-    text: str
-
-
-# A turn transcribed this far in one piece is kept, and the next evaluation starts at
-# its pause. Short: greedy Whisper (no timestamps) tends to stop at a long pause inside
-# its window (tiny.en heard 4 s of a 10 s reading piece with a 4 s pause in it), so a
-# reading is best heard sentence by sentence.
-_PIECE_SAMPLES = 4 * RATE
-
-
 class CascadeAgent:
     def __init__(
         self,
@@ -221,10 +184,13 @@ class CascadeAgent:
         self._emit: EventSink = on_event or (lambda _event: None)
         self._tasks: asyncio.TaskGroup | None = None
         self.engine = TurnEngine(turn_taking, emit=self._emit)
-        self._audio = CallerAudio(RATE)
-        self._running: _Running | None = None
-        self._stt_ms: dict[int, float] = {}  # evaluation end -> its duration
-        self._transcribed: _Transcribed | None = None
+        self.evaluator = TurnEvaluator(
+            end_of_turn=models.end_of_turn,
+            stt=models.stt,
+            run=self._model_run,
+            utterance_start=lambda: self.engine.utterance_start,
+            rate=RATE,
+        )
         self._response: asyncio.Task[None] | None = None
         self._response_turn: Turn | None = None
         self._response_audible = False
@@ -283,8 +249,7 @@ class CascadeAgent:
                 for task in (self._response, self._digit_task):
                     if task is not None:
                         task.cancel()
-                if self._running is not None:
-                    self._running.task.cancel()
+                self.evaluator.cancel()
                 self.models.scheduler.forget(self)
                 self.models.drafts.call_ended()
                 if session is not None:
@@ -305,7 +270,7 @@ class CascadeAgent:
     # --- caller audio ------------------------------------------------------------------
 
     async def _on_audio(self, out: FrontEndOutput) -> None:
-        self._audio.add(out.start_sample, out.audio)
+        self.evaluator.audio.add(out.start_sample, out.audio)
         engine = self.engine
         over_bot = engine.state in (TurnState.BOT, TurnState.OVERLAP, TurnState.HELD)
         frame = Frame(
@@ -326,7 +291,7 @@ class CascadeAgent:
                 self._drop_draft()
             elif self._draft is None:
                 self._maybe_draft()  # a hanging turn's words become worth one mid-wait
-        self._audio.keep_from(self._keep_from())
+        self.evaluator.audio.keep_from(self._keep_from())
         self._check_silence()
 
     def _check_silence(self) -> None:
@@ -339,7 +304,7 @@ class CascadeAgent:
             or engine.state is not TurnState.LISTENING
             or self._response is not None
             or self._digit_task is not None
-            or self._running is not None
+            or self.evaluator.running
             or self.playback.audible()
         )
         if busy or timeout_s <= 0 or self._ending:
@@ -367,21 +332,16 @@ class CascadeAgent:
 
     async def _collect_evaluation(self) -> None:
         """Hand a finished evaluation to the engine (checked after every input)."""
-        running = self._running
-        if running is None or not running.task.done():
+        collected = self.evaluator.collect()
+        if collected is None:
             return
-        self._running = None
-        result = running.task.result()
+        ticket, result = collected
         if isinstance(result, BackendError):
             self._failed(result)
-            await self._apply(self.engine.failed(running.ticket.end))
+            await self._apply(self.engine.failed(ticket.end))
             if self.apology and self.engine.state is TurnState.LISTENING:
                 self._start_response(None, canned=self.apology, kind="apology")
             return
-        self._stt_ms[result.end] = (time.perf_counter() - running.started) * 1000
-        ticket = running.ticket
-        if _covers_a_piece(running) and result.hearing is Hearing.HEARD:
-            self._transcribed = _Transcribed(ticket.start, ticket.end, result.text)
         await self._apply(self.engine.evaluated(result))
         self._maybe_draft()
 
@@ -399,7 +359,7 @@ class CascadeAgent:
                     timing = TurnTiming(
                         speech_end=decision.end,
                         end_of_turn_ms=decision.silence_ms,
-                        stt_ms=self._stt_ms.pop(decision.end, 0.0),
+                        stt_ms=self.evaluator.stt_ms(decision.end),
                     )
                     self._start_response(timing, canned=self.reprompt, kind="reprompt")
                 case Reopen():
@@ -428,92 +388,24 @@ class CascadeAgent:
     # --- end of turn -------------------------------------------------------------------
 
     def _start_evaluation(self, ticket: Evaluate) -> None:
-        self._drop_evaluation()
         self._drop_draft()  # the caller went on: the words will be more than the draft's
-        audio = self._audio.slice(ticket.start, ticket.end)
-        before = self._transcribed
-        if before is None or before.start != ticket.start or before.end >= ticket.end:
-            before = None
-        stt_from = ticket.start if before is None else before.end
-        task = self._spawn(
-            self._evaluate(ticket, audio, audio[stt_from - ticket.start :], before),
-            "end-of-turn",
-        )
-        self._running = _Running(
-            ticket=ticket, task=task, started=time.perf_counter(), stt_from=stt_from
-        )
+        self.evaluator.start(ticket, self._spawn)
 
     def _drop_evaluation(self) -> None:
         self._drop_draft()
-        running = self._running
-        if running is None:
-            return
-        self._running = None
-        if _covers_a_piece(running):
-            # The caller went on while Whisper was at it; its words up to this pause are
-            # still the turn's so far (and its thread finishes either way), so they are
-            # kept for the next evaluation to go on from. Cancelled, a reader whose every
-            # pause was shorter than Whisper on the growing piece left the whole reading
-            # to the last one: 2.1 and 4.7 s of STT in bench turns.
-            running.task.add_done_callback(lambda _: self._keep_piece(running))
-        else:
-            running.task.cancel()
+        self.evaluator.drop()
 
-    def _keep_piece(self, running: _Running) -> None:
-        """A superseded evaluation's transcript, as the turn's words so far."""
-        task, ticket = running.task, running.ticket
-        if task.cancelled() or task.exception() is not None:
-            return
-        result = task.result()
-        if isinstance(result, BackendError) or result.hearing is not Hearing.HEARD:
-            return
-        known = self._transcribed
-        if ticket.start != self.engine.utterance_start:
-            return  # that turn is over
-        if known is not None and known.start == ticket.start and known.end >= ticket.end:
-            return
-        self._transcribed = _Transcribed(ticket.start, ticket.end, result.text)
-
-    async def _evaluate(
-        self,
-        ticket: Evaluate,
-        audio: np.ndarray,
-        new_audio: np.ndarray,
-        before: _Transcribed | None,
-    ) -> Evaluation | BackendError:
-        """Smart Turn on the utterance, Whisper on what `before` has not transcribed."""
-        scheduler = self.models.scheduler
-        eot = scheduler.run(self, "end_of_turn", self.models.end_of_turn.predict, audio)
-        stt = scheduler.run(self, "stt", self.models.stt.transcribe, new_audio)
-        try:
-            probability, transcript = await asyncio.gather(eot, stt)
-        except BackendError as exc:
-            # Reported, not raised: an exception here would end the whole call.
-            return exc
-        except Exception as exc:  # the end-of-turn model: onnxruntime errors
-            return _eot_error(exc)
-        text, hearing = transcript.text, _hearing(transcript, ticket.speech_ms)
-        if before is not None:
-            # The turn was heard already; what came after its pause adds words, or not.
-            more = transcript.text.strip() if hearing is Hearing.HEARD else ""
-            text, hearing = f"{before.text.strip()} {more}".strip(), Hearing.HEARD
-        return Evaluation(
-            end=ticket.end,
-            probability=float(probability),
-            text=text,
-            hearing=hearing,
-            capped=ticket.capped,
-            no_speech_prob=transcript.no_speech_prob,
-            avg_logprob=transcript.avg_logprob,
-        )
+    def _model_run(self, stage: str, fn: Callable[..., T], /, *args: Any) -> Awaitable[T]:
+        """A model call in this call's turn on the shared scheduler."""
+        return self.models.scheduler.run(self, stage, fn, *args)
 
     def _answer(self, answer: Answer) -> None:
         timing = TurnTiming(
             speech_end=answer.end,
             end_of_turn_ms=answer.silence_ms,
-            stt_ms=self._stt_ms.pop(answer.end, 0.0),
+            stt_ms=self.evaluator.stt_ms(answer.end),
         )
-        self._stt_ms.clear()
+        self.evaluator.forget_timings()
         self.metrics.end_of_turn_seconds.observe(answer.silence_ms / 1000)
         self.metrics.stt_seconds.observe(timing.stt_ms / 1000)
         turn = self.conversation.add_caller(answer.text)
@@ -908,20 +800,3 @@ class CascadeAgent:
     def _spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
         assert self._tasks is not None, "the agent is not running"
         return create_task(self._tasks, coro, name=name)
-
-
-def _covers_a_piece(running: _Running) -> bool:
-    """The evaluation transcribed enough of a turn, pause to pause, to keep as a piece."""
-    return not running.ticket.capped and running.ticket.end - running.stt_from >= _PIECE_SAMPLES
-
-
-def _hearing(transcript: Transcript, speech_ms: int) -> Hearing:
-    """The transcript's evidence, as the engine reads it."""
-    return Hearing(assess(transcript, speech_ms=speech_ms).value)
-
-
-def _eot_error(exc: Exception) -> BackendError:
-    error = BackendError(f"end-of-turn model failed: {exc}")
-    error.stage = "end_of_turn"
-    error.__cause__ = exc
-    return error

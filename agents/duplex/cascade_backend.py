@@ -20,23 +20,23 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
 from agents.cascade.agent import CascadeModels
 from agents.cascade.clauses import ClauseSplitter
 from agents.cascade.llm import ChatModel, Message
-from agents.cascade.stt import SpeechToText, assess
+from agents.cascade.stt import SpeechToText
 from agents.cascade.tts import TextToSpeech
+from agents.cascade.turn_evaluator import EndOfTurn, TurnEvaluator
 from agents.conversation import keypad_text
 from agents.duplex.backend import UnitOutcome
 from agents.duplex.protocol import CALLER_RATE, Prepare
 from agents.errors import BackendError
-from agents.turns.audio import CallerAudio
 from agents.turns.engine import (
     Answer,
     Clear,
@@ -45,7 +45,6 @@ from agents.turns.engine import (
     Evaluate,
     Evaluation,
     Frame,
-    Hearing,
     Hold,
     Reopen,
     Reprompt,
@@ -61,10 +60,7 @@ if TYPE_CHECKING:
     from agents.config import AgentSettings
 
 log = logging.getLogger(__name__)
-
-
-class EndOfTurnPredictor(Protocol):
-    def predict(self, audio_16k: np.ndarray) -> float: ...
+T = TypeVar("T")
 
 
 class StreamingVad(Protocol):
@@ -199,7 +195,7 @@ class CascadeDuplexBackend:
         stt: SpeechToText,
         tts: TextToSpeech,
         llm: ChatModel,
-        end_of_turn: EndOfTurnPredictor,
+        end_of_turn: EndOfTurn,
         vad_factory: Callable[[], StreamingVad],
         config: CascadeDuplexConfig | None = None,
     ) -> None:
@@ -288,7 +284,7 @@ class CascadeDuplexBackend:
             else await asyncio.to_thread(self._vad.process, audio)
         )
         timings["vad"] = (time.perf_counter() - started) * 1000
-        self._audio.add(self._position, audio)
+        self._evaluator.audio.add(self._position, audio)
         was_playing = self._reply is not None or self._playing_samples > 0
 
         if self._keys:
@@ -363,7 +359,10 @@ class CascadeDuplexBackend:
         self._history: list[Message] = [dict(m) for m in request.history]
         self._turns: list[Message] = []
         self._vad = self._vad_factory()
-        self._audio = CallerAudio(CALLER_RATE)
+        # The same evaluator as the in-process cascade's, run inline: one call per worker.
+        self._evaluator = TurnEvaluator(
+            end_of_turn=self.end_of_turn, stt=self.stt, run=_in_thread, rate=CALLER_RATE
+        )
         self._position = 0  # caller samples received
         self._speech_run_start = 0  # for the "mhm" backchannel the bot may say itself
         self._unit_samples = max(1, request.unit_ms) * CALLER_RATE // 1000
@@ -380,7 +379,7 @@ class CascadeDuplexBackend:
         keep = engine.position - 2 * CALLER_RATE
         if engine.state not in (TurnState.LISTENING, TurnState.BOT):
             keep = min(keep, engine.utterance_start)
-        self._audio.keep_from(keep)
+        self._evaluator.audio.keep_from(keep)
 
     def _samples(self, ms: int) -> int:
         return ms * CALLER_RATE // 1000
@@ -424,27 +423,14 @@ class CascadeDuplexBackend:
 
     async def _evaluate(self, ticket: Evaluate, timings: dict[str, float]) -> Evaluation | None:
         """End-of-turn model and Whisper side by side on the utterance (None: failed)."""
-        utterance = self._audio.slice(ticket.start, ticket.end)
         started = time.perf_counter()
-        try:
-            prob, transcript = await asyncio.gather(
-                asyncio.to_thread(self.end_of_turn.predict, utterance),
-                asyncio.to_thread(self.stt.transcribe, utterance),
-            )
-        except Exception as exc:  # a failed model costs this turn an apology, not the session
-            log.warning("evaluating the caller's turn failed: %s", exc)
+        result = await self._evaluator.evaluate_now(ticket)
+        timings["eot_stt"] = (time.perf_counter() - started) * 1000
+        if isinstance(result, BackendError):
+            # A failed model costs this turn an apology, not the session.
+            log.warning("evaluating the caller's turn failed: %s", result)
             return None
-        finally:
-            timings["eot_stt"] = (time.perf_counter() - started) * 1000
-        return Evaluation(
-            end=ticket.end,
-            probability=float(prob),
-            text=transcript.text.strip(),
-            hearing=Hearing(assess(transcript, speech_ms=ticket.speech_ms).value),
-            capped=ticket.capped,
-            no_speech_prob=transcript.no_speech_prob,
-            avg_logprob=transcript.avg_logprob,
-        )
+        return result
 
     async def _maybe_backchannel(self, outcome: UnitOutcome) -> None:
         """The bot's own "mhm" while the caller talks on and on (off by default)."""
@@ -589,6 +575,12 @@ class CascadeDuplexBackend:
     def _outcome(self, outcome: UnitOutcome) -> UnitOutcome:
         outcome.context_len = len(self.messages)
         return outcome
+
+
+def _in_thread(stage: str, fn: Callable[..., T], /, *args: Any) -> Awaitable[T]:
+    """A model call on a plain thread: a worker serves one call, with no scheduler."""
+    del stage
+    return asyncio.to_thread(fn, *args)
 
 
 def _events(event: VadEvent | None) -> list[VadEvent]:
