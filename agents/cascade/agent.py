@@ -13,23 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
-from agents.cascade.clauses import ClauseSplitter
-from agents.cascade.draft import DraftBoard, ReplyDraft
+from agents.cascade.draft import DraftBoard
 from agents.cascade.llm import ChatModel, ChatPool, Message, ToolCall, ToolChat
 from agents.cascade.llm_health import LlmHealth
+from agents.cascade.reply_writer import ReplyWriter, TurnTiming
 from agents.cascade.stt import SpeechToText
 from agents.cascade.tts import TextToSpeech
 from agents.cascade.turn_evaluator import EndOfTurn, TurnEvaluator
 from agents.control import CALL_TOOLS, CallControls, CallPolicy, EndReason, TransferReason
 from agents.conversation import Conversation, Turn
-from agents.errors import BackendError, LanguageModelError
+from agents.errors import BackendError
 from agents.inputs import Digits
 from agents.playback import PHONE_RATE, Playback
 from agents.scheduler import ModelScheduler
@@ -58,8 +57,6 @@ from callevents import (
     Dtmf,
     Error,
     EventSink,
-    FirstAudio,
-    LlmFirstToken,
     ReplyCancelled,
     ReplyStart,
     ToolCalled,
@@ -137,18 +134,6 @@ class _Transfer:
 _Then = _EndCall | _Transfer | None
 
 
-@dataclass
-class TurnTiming:
-    """Per-turn latency parts, in milliseconds (call clock where it matters)."""
-
-    speech_end: int = 0  # 16 kHz sample
-    end_of_turn_ms: float = 0.0
-    stt_ms: float = 0.0
-    llm_first_token_ms: float | None = None
-    tts_first_audio_ms: float | None = None
-    mouth_to_mouth_ms: float | None = None
-
-
 class CascadeAgent:
     def __init__(
         self,
@@ -196,8 +181,19 @@ class CascadeAgent:
         self._response_audible = False
         self._committed_turn: Turn | None = None
         self.draft_replies = draft_replies
-        self._draft: tuple[ReplyDraft, asyncio.Task[None]] | None = None
-        self._draft_following: asyncio.Task[None] | None = None  # a taken draft's writer
+        self.writer = ReplyWriter(
+            owner=self,
+            tts=models.tts,
+            scheduler=models.scheduler,
+            drafts=models.drafts,
+            canned=models.canned,
+            playback=playback,
+            metrics=metrics,
+            emit=self._emit,
+            items=self._llm_items,
+            spawn=self._spawn,
+            on_audible=self._reply_audible,
+        )
         self._digits = ""
         self._digit_task: asyncio.Task[None] | None = None
         self.timings: list[TurnTiming] = []
@@ -254,8 +250,8 @@ class CascadeAgent:
                 self.models.drafts.call_ended()
                 if session is not None:
                     session.close()
-                self._drop_draft()
-                self._stop_following()
+                self.writer.drop_draft()
+                self.writer.stop_following()
                 self._serving = False
         # A cancelled task keeps its CancelledError, whose traceback holds this frame
         # (and so this agent), and the group holds the task: a cycle that kept a whole
@@ -288,8 +284,8 @@ class CascadeAgent:
             if engine.speaking:
                 # The caller went on: the words will be more than the draft's (the
                 # next pause's evaluation would drop it; it need not write till then).
-                self._drop_draft()
-            elif self._draft is None:
+                self.writer.drop_draft()
+            elif not self.writer.drafting:
                 self._maybe_draft()  # a hanging turn's words become worth one mid-wait
         self.evaluator.audio.keep_from(self._keep_from())
         self._check_silence()
@@ -388,11 +384,11 @@ class CascadeAgent:
     # --- end of turn -------------------------------------------------------------------
 
     def _start_evaluation(self, ticket: Evaluate) -> None:
-        self._drop_draft()  # the caller went on: the words will be more than the draft's
+        self.writer.drop_draft()  # the caller went on: the words will be more than the draft's
         self.evaluator.start(ticket, self._spawn)
 
     def _drop_evaluation(self) -> None:
-        self._drop_draft()
+        self.writer.drop_draft()
         self.evaluator.drop()
 
     def _model_run(self, stage: str, fn: Callable[..., T], /, *args: Any) -> Awaitable[T]:
@@ -539,7 +535,7 @@ class CascadeAgent:
             # One bot turn at a time: a newer turn supersedes the one still speaking.
             self._response.cancel()
         if canned:
-            self._drop_draft()  # a fixed line: the model's draft is not wanted
+            self.writer.drop_draft()  # a fixed line: the model's draft is not wanted
         turn = self.conversation.start_bot()
         self._response_turn = turn
         self._response_audible = False
@@ -568,16 +564,19 @@ class CascadeAgent:
         tool: ToolCall | None = None
         try:
             if canned:
-                await self._speak_canned(turn, canned, timing)
+                await self.writer.speak_canned(turn, canned, timing)
             else:
-                tool = await self._generate(turn, timing, note)
+                messages = self.conversation.messages()
+                if note:  # a one-off instruction, not kept in history
+                    messages.append({"role": "system", "content": note})
+                tool = await self.writer.write(turn, messages, timing)
         except* BackendError as group:
             for exc in group.exceptions:
                 self._failed(exc)
             if self.apology and not self._response_audible:
                 turn.intended = ""
                 try:
-                    await self._speak_canned(turn, self.apology)
+                    await self.writer.speak_canned(turn, self.apology)
                 except BackendError as exc:  # the TTS itself is down: silence, not a crash
                     self._failed(exc)
         finally:
@@ -639,106 +638,12 @@ class CascadeAgent:
                 )
             )
 
-    async def _synthesize(self, text: str) -> np.ndarray:
-        return await self.models.scheduler.run(self, "tts", self.models.tts.synthesize, text)
-
-    async def _speak_canned(self, turn: Turn, text: str, timing: TurnTiming | None = None) -> None:
-        pcm = self.models.canned.get(text)
-        if pcm is None:
-            pcm = await self._synthesize(text)
-        await self._play(turn, pcm, text, timing)
-
-    async def _play(
-        self, turn: Turn, pcm: np.ndarray, text: str, timing: TurnTiming | None = None
-    ) -> int:
-        rate = self.models.tts.sample_rate
-        starts_at = await self.playback.play(pcm, rate, text, turn.turn_id)
-        if timing is not None and timing.mouth_to_mouth_ms is None:
-            # Speech end (16 kHz clock) to the reply's expected start at the ear (8 kHz
-            # clock): both count caller audio received.
-            gap = starts_at / PHONE_RATE - timing.speech_end / RATE
-            timing.mouth_to_mouth_ms = gap * 1000
-            self.metrics.mouth_to_mouth_seconds.observe(max(gap, 0.0))
-        if turn.start_ms is None:
-            turn.start_ms = starts_at * 1000 / PHONE_RATE
-        turn.end_ms = starts_at * 1000 / PHONE_RATE + len(pcm) * 1000 / rate
+    def _reply_audible(self) -> None:
+        """A clause of the reply is queued for the caller."""
         if not self._response_audible:
             self._response_audible = True
             self._committed_turn = None  # the caller's turn is now answered
             self.engine.reply_audible()
-        turn.intended = f"{turn.intended} {text}".strip()
-        if not turn.truncated:
-            turn.text = turn.intended
-        return starts_at
-
-    async def _generate(
-        self, turn: Turn, timing: TurnTiming | None, note: str = ""
-    ) -> ToolCall | None:
-        """Write and speak a reply; `note` is a one-off instruction, not kept in history.
-
-        With tools offered, the model may call one instead of (or after) speaking: the
-        call is returned, never spoken, and what follows it is not spoken either."""
-        started = time.perf_counter()
-        clauses: asyncio.Queue[str | None] = asyncio.Queue()
-        messages = self.conversation.messages()
-        if note:
-            messages.append({"role": "system", "content": note})
-        draft = self._take_draft(messages)
-        self.models.drafts.reply_started()
-
-        finished = asyncio.Event()  # the model's reply ended normally
-        called: list[ToolCall] = []
-
-        def deltas() -> AsyncIterator[str | ToolCall]:
-            return draft.items() if draft is not None else self._llm_items(messages)
-
-        async def write() -> None:
-            splitter = ClauseSplitter()
-            first = True
-            try:
-                async for delta in deltas():
-                    if isinstance(delta, ToolCall):
-                        called.append(delta)
-                        break  # the call ends the reply: nothing after it is spoken
-                    if first:
-                        first = False
-                        elapsed = time.perf_counter() - started
-                        self.metrics.llm_first_token_seconds.observe(elapsed)
-                        self._emit(LlmFirstToken(ms=elapsed * 1000, drafted=draft is not None))
-                        if timing is not None:
-                            timing.llm_first_token_ms = elapsed * 1000
-                    for clause in splitter.feed(delta):
-                        clauses.put_nowait(clause)
-                for clause in splitter.flush():
-                    clauses.put_nowait(clause)
-                finished.set()
-            finally:
-                clauses.put_nowait(None)
-
-        async def speak() -> None:
-            first = True
-            while (clause := await clauses.get()) is not None:
-                pcm = await self._synthesize(clause)
-                if first:
-                    first = False
-                    elapsed = time.perf_counter() - started
-                    self.metrics.tts_first_audio_seconds.observe(elapsed)
-                    self._emit(FirstAudio(ms=elapsed * 1000, text=clause))
-                    if timing is not None:
-                        timing.tts_first_audio_ms = elapsed * 1000
-                await self._play(turn, pcm, clause, timing)
-            if first and finished.is_set() and not called:
-                # Nothing speakable came back (empty, or only markup): the caller must not
-                # be left in silence after their turn. Treated as a failed reply.
-                raise LanguageModelError("the model's reply had nothing to say")
-
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(write())
-                group.create_task(speak())
-        finally:
-            self._stop_following()  # a reply cut short leaves its draft writing for nobody
-        return called[0] if called else None
 
     def _llm_items(self, messages: list[Message]) -> AsyncIterator[str | ToolCall]:
         llm = self._llm
@@ -749,45 +654,15 @@ class CascadeAgent:
     # --- drafts: replies written while the engine waits out a pause ---------------------
 
     def _maybe_draft(self) -> None:
+        """While the engine waits out a pause, the LLM may start on the words so far."""
         text = self.engine.pending_answer
         if text is None or not self.draft_replies or self._response is not None:
             return
-        if not self.models.drafts.may_draft():
-            return  # the LLM is writing a reply (this call's or another's)
         if is_farewell(text) or (
             self.policy.words and self.policy.transfer_to and wants_a_person(text)
         ):
             return  # answered without the LLM
-        messages = self.conversation.messages_with_caller(text)
-        if self._draft is not None and self._draft[0].fits(messages):
-            return
-        self._drop_draft()
-        draft = ReplyDraft(messages)
-        task = self._spawn(draft.write(self._llm_items(messages), self._synthesize), "draft")
-        self.models.drafts.drafting(task)
-        self._draft = (draft, task)
-
-    def _take_draft(self, messages: list[Message]) -> ReplyDraft | None:
-        """The draft written for exactly `messages`, now the reply's; any other is dropped."""
-        if self._draft is not None and self._draft[0].fits(messages):
-            draft, self._draft_following = self._draft[0], self._draft[1]
-            self.models.drafts.taken(self._draft_following)
-            self._draft = None
-            return draft
-        self._drop_draft()
-        return None
-
-    def _drop_draft(self) -> None:
-        """Drop the draft not (yet) taken by a reply. The one a reply follows is the
-        reply's: a backchannel's evaluation must not cut it short."""
-        if self._draft is not None:
-            self._draft[1].cancel()
-        self._draft = None
-
-    def _stop_following(self) -> None:
-        if self._draft_following is not None:
-            self._draft_following.cancel()
-        self._draft_following = None
+        self.writer.draft(self.conversation.messages_with_caller(text))
 
     # --- plumbing ----------------------------------------------------------------------
 
