@@ -17,24 +17,34 @@ interruption: the rest is dropped and the caller has the turn.
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from enum import Enum
 
+from agents.turns.config import TurnTaking
+from agents.turns.judge import Said, TextRulesJudge, TurnJudge, TurnSoFar
+from agents.turns.overlap import Overlap, RecentFrames
+from agents.turns.protocol import (
+    Answer,
+    Clear,
+    Decision,
+    DropEvaluation,
+    Evaluate,
+    Evaluation,
+    Frame,
+    Hearing,
+    Hold,
+    IllegalTransition,
+    Reopen,
+    Reprompt,
+    Resume,
+    TurnState,
+)
 from agents.turns.text import (
-    addresses_the_listener,
     announces_more,
-    asks_a_question,
-    claims_the_floor,
     is_backchannel,
     is_farewell,
     looks_unfinished,
-    makes_a_request,
-    only_trails_off,
     opens_an_interruption,
     sentences,
-    sounds_finished,
     takes_the_turn,
 )
 from callevents import (
@@ -49,7 +59,7 @@ from callevents import (
     SpeechStop,
     TurnCapped,
 )
-from media.vad import SpeechStarted, SpeechStopped, VadEvent
+from media.vad import SpeechStarted, SpeechStopped
 
 __all__ = [
     "Answer",
@@ -73,124 +83,6 @@ __all__ = [
 
 RATE = 16000
 
-
-@dataclass(frozen=True, slots=True)
-class TurnTaking:
-    """Every turn-taking setting; both agents read all of them."""
-
-    end_of_turn_threshold: float = 0.5
-    min_silence_ms: int = 200  # a finished-sounding turn is answered after this pause
-    max_silence_ms: int = 1000  # ...and any turn after this one
-    # A turn whose words stop where a sentence cannot ("a table for", "and...") is given
-    # this long: people pause mid-sentence for up to ~1.5 s to think or read. No longer:
-    # a finished turn Whisper mishears as unfinished (espeak's "Thanks, that's all.
-    # Bye!" as "...now I'll buy...", "and met all by") then still gets its reply inside
-    # 2 s; at 2 s every such turn was dead air (1 in 3 bench turns runs).
-    unfinished_max_silence_ms: int = 1700
-    # ...and its reply is drafted from this far into that wait: should the wait run
-    # out, the first clause is written and spoken by then (first token ~0.3 s, Piper's
-    # first clause ~0.35 s), and the hanging turn is not 2.4 s of dead air.
-    unfinished_draft_after_ms: int = 900
-    # A statement (not a question) waits this long: a sentence can be the first of
-    # several...
-    statement_min_silence_ms: int = 700
-    # ...and one it is sure of, unless it is a short answer of this many words at most.
-    short_answer_words: int = 3
-    # Someone talking for this long (reading out, explaining) pauses between sentences
-    # that each sound finished: only a question, or this much quiet, ends the turn...
-    long_turn_s: float = 3.0
-    long_turn_min_silence_ms: int = 1000
-    # ...and this much once they have said this many sentences, or said they will go
-    # on ("let me finish"): a reader's pauses run to ~1 s. Not sooner: two sentences
-    # are as often a statement and its afterthought ("...a table for you. Six people
-    # at noon."), and 1.2 s there put a quarter of 4 concurrent calls' turns past 1.5 s.
-    reading_sentences: int = 3
-    reading_min_silence_ms: int = 1200
-    # Speech over the bot this long is an interruption whatever its words (backchannels
-    # like "uh-huh, yeah" run to ~900 ms; the bot is held from the first words anyway).
-    barge_in_min_speech_ms: int = 1000
-    # Loud speech over the bot this long holds the bot's audio (within ~0.15 s of onset).
-    hold_min_speech_ms: int = 60
-    # ...and this long while the echo canceller is still learning the echo path (the
-    # bot's first ~2 s on a line with echo): its echo comes back in runs of up to ~550 ms.
-    hold_unsettled_ms: int = 600
-    # Short speech over the bot (a held bot) that is shorter than this and whose words
-    # are a backchannel lets the bot go on.
-    backchannel_max_ms: int = 1200
-    # ...but not into a pause this short: "No wait, | actually..." pauses at the comma
-    # for 200-400 ms (heard again ~100 ms after it resumes), and Whisper can make a
-    # hum's words of "No wait".
-    resume_min_silence_ms: int = 450
-    # ...and this long after words that are no backchannel (Whisper's "I'm" for "No
-    # wait,", whose comma pause ran 500 ms in bench turns): they may open a sentence.
-    # No longer: a hold on the bot's own leaked "I'm" then kept it quiet ~1 s, and a
-    # caller takes a bot that quiet for done (bench turns' caller speaks 0.7-0.9 s in).
-    resume_after_words_ms: int = 600
-    # Words judged a backchannel, or too short to take the turn ("Six.", "Yes."), whose
-    # resumed reply then plays out within this much audio were said over its last
-    # words: "For how many?" answered as it ends, or a quick "Yes." into Piper's 110-240
-    # ms of trailing silence, which the bot is held on. They are the caller's turn, and
-    # answered once the reply has played out; resumed and played out, they were lost.
-    # A word or two, no more: an "Okay." over "...at seven." is no answer to a "Shall I
-    # book it?" that follows (bench turns' "mhm"s come with >= 3 s still queued).
-    reply_end_words_ms: int = 600
-    # ...and only within this long of the words' end: a reply that stalls between two
-    # clauses (a slow LLM, a busy box) was not ending when they were said.
-    reply_end_words_within_ms: int = 2000
-    # A caller who goes on after a pause the bot took for their turn's end (before its
-    # reply was heard, or cutting into the reply's first `continuation_heard_ms`: too
-    # soon to be answering its words, and not with "No wait," or "Sorry,") has shown
-    # how long they pause. Their next turn carries on from the answered one (a reader's
-    # pauses stay a reader's), and from then on no statement is answered before that
-    # pause and `patience_margin_ms` more, up to `patience_max_ms`. Questions stay
-    # quick. A reader cut into kept being talked over: "...ring the bell | twice,
-    # because..." was answered in both pauses. Not 600 ms: on the echo line "a table for
-    # | six people" was answered 0.74 s into the 1.5 s pause, and the caller went on
-    # 0.76 s into the reply; babble's "a cable for you." 0.7-0.9 s in.
-    continuation_heard_ms: int = 1000
-    # ...and resumed within this much of the turn's end: a mid-sentence pause runs to
-    # ~1.5 s (the hanging words' wait). A caller answering a short reply ("For how
-    # many?" "Six.") as it ends comes ~1.9 s after their turn (700 ms wait, first audio,
-    # a second of reply) and must not be taken for one who paused that long.
-    continuation_max_pause_ms: int = 1700
-    # A caller who resumes this soon after the Answer, before any reply is heard, went
-    # on (later, "Hello?" to a slow reply is no pause of theirs).
-    reopen_continuation_ms: int = 600
-    patience_margin_ms: int = 250
-    patience_max_ms: int = 1500
-    echo_margin_db: float = 12.0
-    # An interruption stands this far above the call's background (babble, a TV): the
-    # background's own bursts, which speech detection may also call speech, never stop
-    # the bot.
-    barge_in_over_floor_db: float = 10.0
-    preroll_ms: int = 300
-    # A turn this long with no pause at all is judged without one at this length, and
-    # again every `recheck_s`; past the hard cap it is answered whatever they say.
-    max_utterance_s: float = 20.0
-    recheck_s: float = 5.0
-    hard_max_utterance_s: float = 60.0
-    # Speech shorter than this is not a turn when its transcript is empty (a cough).
-    min_reprompt_speech_ms: int = 250
-    digit_timeout_ms: int = 800
-
-
-class TurnState(Enum):
-    LISTENING = "listening"  # nobody talking, nothing owed
-    CALLER = "caller"  # the caller has the floor (speaking or pausing)
-    REPLYING = "replying"  # the caller's turn is committed; the reply is not heard yet
-    BOT = "bot"  # the bot is talking (or about to, from the caller's side)
-    OVERLAP = "overlap"  # the caller started speaking over the bot
-    HELD = "held"  # ...loud enough that the bot's audio is stopped while we decide
-
-
-class Hearing(Enum):
-    """What the transcript's evidence says about an utterance."""
-
-    HEARD = "heard"  # words to answer
-    UNCLEAR = "unclear"  # there was speech but no reliable words: ask again
-    NOTHING = "nothing"  # no speech after all (noise, a cough, a click)
-
-
 _ALLOWED: dict[TurnState, frozenset[TurnState]] = {
     TurnState.LISTENING: frozenset({TurnState.CALLER, TurnState.BOT, TurnState.REPLYING}),
     TurnState.CALLER: frozenset({TurnState.LISTENING, TurnState.REPLYING, TurnState.BOT}),
@@ -209,155 +101,6 @@ _ALLOWED: dict[TurnState, frozenset[TurnState]] = {
 }
 
 
-class IllegalTransition(RuntimeError):
-    pass
-
-
-# --- inputs ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """One batch of front-end output, with what the bot was doing meanwhile."""
-
-    end: int  # 16 kHz sample just after this batch
-    samples: int
-    events: Sequence[VadEvent] = ()
-    level_db: float = 0.0  # the caller's side, echo removed
-    noise_floor_db: float = -120.0
-    echo_settled: bool = True
-    bot_audible: bool = False  # bot audio is at the caller's ear now
-    bot_level_db: float = -120.0  # its level there
-
-
-@dataclass(frozen=True, slots=True)
-class Evaluation:
-    """The end-of-turn model and the transcript on the utterance up to `end`."""
-
-    end: int
-    probability: float
-    text: str
-    hearing: Hearing
-    capped: bool = False
-    # Whisper's own evidence behind `hearing`, for the record (agents/cascade/stt.py).
-    no_speech_prob: float = 0.0
-    avg_logprob: float = 0.0
-
-
-# --- decisions ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Evaluate:
-    """Judge the utterance [start, end): end-of-turn model and transcript, in the background."""
-
-    start: int
-    end: int
-    capped: bool = False
-    speech_ms: int = 0  # of it, speech (pauses excluded): evidence for the transcript
-
-
-@dataclass(frozen=True, slots=True)
-class DropEvaluation:
-    """The caller went on: whatever evaluation is running is void."""
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """Commit the caller's turn [start, end) with `text`, and reply to it."""
-
-    text: str
-    start: int
-    end: int
-    silence_ms: int
-    farewell: bool = False  # the caller is saying goodbye: a goodbye is the answer
-
-
-@dataclass(frozen=True, slots=True)
-class Reprompt:
-    """The caller spoke and was not made out: ask them, briefly, to say it again."""
-
-    reason: str
-    speech_ms: int
-    end: int
-    silence_ms: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Reopen:
-    """The caller went on before the reply was heard: drop the reply. With `restore`,
-    the turn it answered is withdrawn and the utterance continues from `start`."""
-
-    start: int
-    restore: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Hold:
-    """Stop the bot's audio at the caller's ear now, keeping the rest."""
-
-
-@dataclass(frozen=True, slots=True)
-class Resume:
-    """Play the rest of the held audio (and the reply still being made)."""
-
-    held_ms: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Clear:
-    """An interruption: drop the rest of the reply; the bot's turn is what was heard."""
-
-    reason: str
-
-
-Decision = Evaluate | DropEvaluation | Answer | Reprompt | Reopen | Hold | Resume | Clear
-
-
-@dataclass(slots=True)
-class Overlap:
-    """Caller speech that started over the bot, and whether it is loud enough to hold
-    the bot: the one rule the engine and the duplex gateway both apply."""
-
-    start: int
-    loud: int = 0  # samples loud like a caller (above the echo and the room)
-    over_bot: int = 0  # samples while the bot was audible
-    stopped: int | None = None  # where the speech stopped, when it has
-    held_at: int | None = None
-    last_loud: int | None = None  # the end of the last frame loud like a caller
-    restarted: int | None = None  # where speech last began again after a stop
-
-    def count(self, frame: Frame, speaking: bool, cfg: TurnTaking) -> None:
-        if frame.bot_audible:
-            self.over_bot += frame.samples
-        above_echo = frame.level_db >= frame.bot_level_db - cfg.echo_margin_db
-        above_room = frame.level_db >= frame.noise_floor_db + cfg.barge_in_over_floor_db
-        if speaking and (above_echo or not frame.bot_audible) and above_room:
-            self.loud += frame.samples
-            self.last_loud = frame.end
-
-    def count_from_onset(self, frames: Iterable[Frame], cfg: TurnTaking) -> None:
-        """Count the frames between the speech's onset and the detector saying so (~80 ms
-        later), so a hold is timed from what the caller said, not from when it was
-        noticed: counted from the notice, the bot started its next sentence 140 ms into
-        a caller's "Yeah." in its pause (bench turns, echo line, the same spot in two
-        runs), the `clear` one frame late."""
-        for frame in frames:
-            if frame.end - frame.samples // 2 > self.start:
-                self.count(frame, True, cfg)
-
-    def holds(self, position: int, echo_settled: bool, cfg: TurnTaking) -> bool:
-        """Loud for long enough, and for a third of the speech at least."""
-        # Until the echo canceller has found the echo path, the bot's echo gets through
-        # at its raw level (a speakerphone's is ~10 dB under the bot, inside the echo
-        # margin) in word-long runs: only longer speech is surely the caller. A hold on
-        # echo would also re-send the audio and set the canceller back.
-        hold_ms = cfg.hold_min_speech_ms if echo_settled else cfg.hold_unsettled_ms
-        hold_at = _samples(hold_ms)
-        return self.loud >= hold_at and self.loud * 3 >= position - self.start
-
-
 @dataclass(slots=True)
 class _EndWords:
     """Words over a held reply that let it go on: the caller's turn if it ends soon."""
@@ -367,38 +110,14 @@ class _EndWords:
     heard: int = 0  # samples of the reply audible since it resumed
 
 
-@dataclass(frozen=True, slots=True)
-class _Said:
-    """What a caller turn amounted to, for the turn that carries on from it."""
-
-    end: int  # where its speech ended
-    sentences: int
-    length_s: float
-    announced: bool  # "let me finish": more is coming
-    at: int = 0  # where it was answered
-
-
-class RecentFrames:
-    """The last few frames: what a speech onset the detector reports late looked like."""
-
-    def __init__(self, keep_ms: int = 400) -> None:
-        self._frames: deque[Frame] = deque()
-        self._keep = _samples(keep_ms)
-
-    def add(self, frame: Frame) -> None:
-        self._frames.append(frame)
-        while self._frames and self._frames[0].end <= frame.end - self._keep:
-            self._frames.popleft()
-
-    def __iter__(self) -> Iterator[Frame]:
-        return iter(self._frames)
-
-
 class TurnEngine:
     """One call's turn taking. Feed it; do what it returns."""
 
-    def __init__(self, config: TurnTaking, *, emit: EventSink | None = None) -> None:
+    def __init__(
+        self, config: TurnTaking, *, emit: EventSink | None = None, judge: TurnJudge | None = None
+    ) -> None:
         self.cfg = config
+        self.judge: TurnJudge = judge or TextRulesJudge(config)
         self._emit_to = emit
         self.state = TurnState.LISTENING
         self.position = 0
@@ -419,16 +138,16 @@ class TurnEngine:
         # of this many ms.
         self._resume_after: int | None = None
         self._resume_wait_ms = config.resume_min_silence_ms
-        self._answered: _Said | None = None  # the caller turn the bot is answering
+        self._answered: Said | None = None  # the caller turn the bot is answering
         # Samples of the answering reply audible so far (as the playout clock has it:
         # from when Twilio has it to play), holds excluded.
         self._heard = 0
         self._resumed_at: int | None = None  # the caller's first speech over that reply
-        self._continues: _Said | None = None  # the answered turn an overlap may go on
+        self._continues: Said | None = None  # the answered turn an overlap may go on
         # The pause a turn carried on from the answered one showed: learnt once its
         # words say it goes on (and is no "No wait,").
         self._carried_pause: int | None = None
-        self._carried: _Said | None = None  # the answered turn this turn goes on from
+        self._carried: Said | None = None  # the answered turn this turn goes on from
         self._patience_ms = 0  # the caller's longest pause the bot answered into, and more
         self._end_words: _EndWords | None = None
         self._last_reply = False  # the reply ends or hands over the call
@@ -615,7 +334,7 @@ class TurnEngine:
         if not self.speaking and self._speech_end is not None and idle:
             self._evaluate(self._speech_end, out)
 
-    def _continuation(self, onset: int, frame: Frame) -> _Said | None:
+    def _continuation(self, onset: int, frame: Frame) -> Said | None:
         """The answered turn that speech starting at `onset` over the reply may go on:
         the caller resumed too soon after their pause to be answering the reply (counted
         in reply audio they heard, so a hold on "twice," and a resume before "because..."
@@ -744,7 +463,7 @@ class TurnEngine:
             self._emit(Backchannel(speech_ms=speech_ms, text=result.text))
             words = result.hearing is Hearing.HEARD and not is_backchannel(result.text)
             cfg = self.cfg
-            if _answerable(result, cfg) and not self._last_reply:
+            if self.judge.answerable(result) and not self._last_reply:
                 self._end_words = _EndWords(result, start=self._utterance_start)
             self._resume_wait_ms = cfg.resume_after_words_ms if words else cfg.resume_min_silence_ms
             self._resume_after = overlap.stopped or self.position
@@ -823,7 +542,7 @@ class TurnEngine:
         start: int,
         end: int,
         silence_ms: int,
-        said: _Said,
+        said: Said,
         out: list[Decision],
         *,
         reopens: bool = True,
@@ -851,7 +570,7 @@ class TurnEngine:
         silence_ms = _ms(self.position - result.end)
         self._emit_end_of_turn(result, silence_ms)
         text = result.text.strip()
-        said = _Said(
+        said = Said(
             end=result.end,
             sentences=len(sentences(text)),
             length_s=(result.end - words.start) / RATE,
@@ -874,87 +593,18 @@ class TurnEngine:
         )
 
     def _complete(self, result: Evaluation, silence_ms: int) -> bool:
-        cfg = self.cfg
-        sure = result.probability >= cfg.end_of_turn_threshold
-        text = result.text
-        unfinished = looks_unfinished(text)
-        if result.capped:
-            run_s = (result.end - self._speech_start) / RATE
-            if run_s >= cfg.hard_max_utterance_s:
-                return True
-            return sure or (sounds_finished(text) and not unfinished)
-        turn = self._said(text, result.end)
-        length_s, said, announced = turn.length_s, turn.sentences, turn.announced
-        reading = announced or (said >= cfg.reading_sentences and length_s >= cfg.long_turn_s)
-        if reading:
-            # A reader's sentence opening like a question is mostly their text ("Is it
-            # open..." read out) or Whisper's fragment across a pause: under babble, "are
-            # clean wager and to lemonade." (for "...and two lemonades.") was answered in
-            # 240 ms, mid-reading. A reader asking says it with a rise: Whisper's "?", on
-            # a question of a few words or one Smart Turn is sure of. Whisper made "...ring
-            # the bell | twice" into "...ring the bell. Why?" or "...the bell, why?" in
-            # four of five bench runs (tiny.en and base, every line).
-            last = sentences(text)[-1] if text.strip() else ""
-            asked = last.rsplit(",", 1)[-1]
-            # ...and one of several words asks the listener ("can you read it back?"):
-            # a reader's garble Whisper made a question of does not ("...Okay, did I
-            # wrap in 12 maker tree?" for the address, espeak under babble, Smart Turn
-            # 0.02, answered 250 ms into a pause in three runs of two stops).
-            worded = len(asked.split()) >= 3 and addresses_the_listener(asked)
-            question = last.endswith("?") and (worded or sure) and not unfinished
-        else:
-            question = (asks_a_question(text) or makes_a_request(text)) and not unfinished
-        # How long a pause ends the turn, by what the words say. Smart Turn scores flat
-        # prosody (synthetic or monotone callers, measured 0.01-0.02 on Piper questions)
-        # low even on complete questions, so Whisper's punctuation leads and Smart Turn
-        # can only shorten the wait.
-        if result.hearing is not Hearing.HEARD:
-            # No words to go on, so no hurry: asking again into a comma's pause talks
-            # over the caller ("Thanks, | that's all", whose "Thanks" Whisper made "and").
-            wait = cfg.statement_min_silence_ms if sure else cfg.max_silence_ms
-        elif unfinished and sure and only_trails_off(text):
-            # "Weather..." (Smart Turn 0.96): Whisper's ellipsis is the only sign of
-            # more to come, and the voice sounded done. Waited 2 s, it was dead air.
-            wait = cfg.statement_min_silence_ms
-        elif unfinished:
-            wait = cfg.unfinished_max_silence_ms
-        elif question or is_farewell(text):
-            wait = cfg.min_silence_ms
-        elif (
-            sure
-            and len(text.split()) <= cfg.short_answer_words
-            and not claims_the_floor(text)
-            and not self._cut_in
-        ):
-            wait = cfg.min_silence_ms  # "Parking.", "Yes.", "Friday evening."
-        elif sure or sounds_finished(text):
-            # A statement can be the first of several sentences, and Whisper makes a
-            # whole one of half a sentence ("a table for" + a pause -> "a table for
-            # it.", which Smart Turn scored 0.95-0.98 on espeak in bench turns).
-            wait = cfg.statement_min_silence_ms
-        else:
-            wait = cfg.max_silence_ms
-        if length_s >= cfg.long_turn_s and not question:
-            # Smart Turn being sure still counts for one long sentence ending with a
-            # falling, final voice. Not after several: a reader's or an explainer's
-            # pauses between sentences all sound final (Smart Turn 0.6-0.97 on Piper
-            # reading an order aloud).
-            if said >= cfg.reading_sentences:
-                floor = cfg.reading_min_silence_ms
-            elif sure and said <= 1:
-                floor = cfg.statement_min_silence_ms
-            else:
-                floor = cfg.long_turn_min_silence_ms
-            wait = max(wait, floor)
-        if announced and not question:
-            wait = max(wait, cfg.reading_min_silence_ms)  # "...so please let me finish."
-        if not question and wait >= cfg.statement_min_silence_ms:
-            wait = max(wait, self._patience_ms)
-        return silence_ms >= wait
+        turn = TurnSoFar(
+            result=result,
+            said=self._said(result.text, result.end),
+            run_s=(result.end - self._speech_start) / RATE,
+            cut_in=self._cut_in,
+            patience_ms=self._patience_ms,
+        )
+        return self.judge.ends_turn(turn, silence_ms)
 
-    def _said(self, text: str, end: int) -> _Said:
+    def _said(self, text: str, end: int) -> Said:
         """The caller's turn up to `end`, with the answered turn it carries on from."""
-        own = _Said(
+        own = Said(
             end=end,
             sentences=len(sentences(text)),
             length_s=(end - self._utterance_start) / RATE,
@@ -963,7 +613,7 @@ class TurnEngine:
         before = self._carried
         if before is None:
             return own
-        return _Said(
+        return Said(
             end=end,
             sentences=before.sentences + own.sentences,
             length_s=before.length_s + own.length_s,
@@ -1032,16 +682,6 @@ class TurnEngine:
     def _emit(self, event: CallEvent) -> None:
         if self._emit_to is not None:
             self._emit_to(event)
-
-
-def _answerable(result: Evaluation, cfg: TurnTaking) -> bool:
-    """Words that answer, should the bot have been ending: a backchannel's ("Yes.",
-    "Okay.") or ones the end-of-turn model is sure of ("Six."), not a hum's words
-    Whisper made ("And make him.") or a sentence's start."""
-    text = result.text.strip()
-    if result.hearing is not Hearing.HEARD or not text or looks_unfinished(text):
-        return False
-    return is_backchannel(text) or result.probability >= cfg.end_of_turn_threshold
 
 
 def _ms(samples: int) -> int:

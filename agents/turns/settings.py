@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from agents.turns.engine import TurnTaking
+from agents.turns.config import TurnTaking
 
 __all__ = ["TurnSettings", "turn_taking"]
 

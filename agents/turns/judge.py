@@ -1,0 +1,154 @@
+"""The turn judge: has the caller finished? Asked by the engine at every pause.
+
+The engine knows the turn's shape (where speech stopped, how long the caller has talked,
+what they said before); the judge reads its words and its voice (the end-of-turn model's
+probability) and says whether the silence so far ends it. `TurnJudge` is the interface;
+`TextRulesJudge` is today's judge: Whisper's punctuation and the closed word classes of
+agents/turns/text.py set how long a pause ends the turn, and Smart Turn can shorten it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from agents.turns.config import TurnTaking
+from agents.turns.protocol import Evaluation, Hearing
+from agents.turns.text import (
+    addresses_the_listener,
+    asks_a_question,
+    claims_the_floor,
+    is_backchannel,
+    is_farewell,
+    looks_unfinished,
+    makes_a_request,
+    only_trails_off,
+    sentences,
+    sounds_finished,
+)
+
+__all__ = ["Said", "TextRulesJudge", "TurnJudge", "TurnSoFar"]
+
+
+@dataclass(frozen=True, slots=True)
+class Said:
+    """What a caller turn amounted to, for the turn that carries on from it."""
+
+    end: int  # where its speech ended
+    sentences: int
+    length_s: float
+    announced: bool  # "let me finish": more is coming
+    at: int = 0  # where it was answered
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSoFar:
+    """What the judge is asked about: the latest evaluation and the turn around it."""
+
+    result: Evaluation
+    said: Said  # the turn so far, with the answered turn it carries on from
+    run_s: float  # from its first speech to the evaluation's end
+    cut_in: bool  # it took the floor from the bot
+    patience_ms: int  # the longest pause of this caller's the bot answered into, and more
+
+
+class TurnJudge(Protocol):
+    def ends_turn(self, turn: TurnSoFar, silence_ms: int) -> bool:
+        """Whether `silence_ms` of quiet after `turn` ends the caller's turn."""
+        ...
+
+    def answerable(self, result: Evaluation) -> bool:
+        """Words said over the bot's last words that are a turn to answer."""
+        ...
+
+
+class TextRulesJudge:
+    def __init__(self, config: TurnTaking) -> None:
+        self.cfg = config
+
+    def ends_turn(self, turn: TurnSoFar, silence_ms: int) -> bool:
+        cfg = self.cfg
+        result = turn.result
+        sure = result.probability >= cfg.end_of_turn_threshold
+        text = result.text
+        unfinished = looks_unfinished(text)
+        if result.capped:
+            if turn.run_s >= cfg.hard_max_utterance_s:
+                return True
+            return sure or (sounds_finished(text) and not unfinished)
+        length_s, said, announced = turn.said.length_s, turn.said.sentences, turn.said.announced
+        reading = announced or (said >= cfg.reading_sentences and length_s >= cfg.long_turn_s)
+        if reading:
+            # A reader's sentence opening like a question is mostly their text ("Is it
+            # open..." read out) or Whisper's fragment across a pause: under babble, "are
+            # clean wager and to lemonade." (for "...and two lemonades.") was answered in
+            # 240 ms, mid-reading. A reader asking says it with a rise: Whisper's "?", on
+            # a question of a few words or one Smart Turn is sure of. Whisper made "...ring
+            # the bell | twice" into "...ring the bell. Why?" or "...the bell, why?" in
+            # four of five bench runs (tiny.en and base, every line).
+            last = sentences(text)[-1] if text.strip() else ""
+            asked = last.rsplit(",", 1)[-1]
+            # ...and one of several words asks the listener ("can you read it back?"):
+            # a reader's garble Whisper made a question of does not ("...Okay, did I
+            # wrap in 12 maker tree?" for the address, espeak under babble, Smart Turn
+            # 0.02, answered 250 ms into a pause in three runs of two stops).
+            worded = len(asked.split()) >= 3 and addresses_the_listener(asked)
+            question = last.endswith("?") and (worded or sure) and not unfinished
+        else:
+            question = (asks_a_question(text) or makes_a_request(text)) and not unfinished
+        # How long a pause ends the turn, by what the words say. Smart Turn scores flat
+        # prosody (synthetic or monotone callers, measured 0.01-0.02 on Piper questions)
+        # low even on complete questions, so Whisper's punctuation leads and Smart Turn
+        # can only shorten the wait.
+        if result.hearing is not Hearing.HEARD:
+            # No words to go on, so no hurry: asking again into a comma's pause talks
+            # over the caller ("Thanks, | that's all", whose "Thanks" Whisper made "and").
+            wait = cfg.statement_min_silence_ms if sure else cfg.max_silence_ms
+        elif unfinished and sure and only_trails_off(text):
+            # "Weather..." (Smart Turn 0.96): Whisper's ellipsis is the only sign of
+            # more to come, and the voice sounded done. Waited 2 s, it was dead air.
+            wait = cfg.statement_min_silence_ms
+        elif unfinished:
+            wait = cfg.unfinished_max_silence_ms
+        elif question or is_farewell(text):
+            wait = cfg.min_silence_ms
+        elif (
+            sure
+            and len(text.split()) <= cfg.short_answer_words
+            and not claims_the_floor(text)
+            and not turn.cut_in
+        ):
+            wait = cfg.min_silence_ms  # "Parking.", "Yes.", "Friday evening."
+        elif sure or sounds_finished(text):
+            # A statement can be the first of several sentences, and Whisper makes a
+            # whole one of half a sentence ("a table for" + a pause -> "a table for
+            # it.", which Smart Turn scored 0.95-0.98 on espeak in bench turns).
+            wait = cfg.statement_min_silence_ms
+        else:
+            wait = cfg.max_silence_ms
+        if length_s >= cfg.long_turn_s and not question:
+            # Smart Turn being sure still counts for one long sentence ending with a
+            # falling, final voice. Not after several: a reader's or an explainer's
+            # pauses between sentences all sound final (Smart Turn 0.6-0.97 on Piper
+            # reading an order aloud).
+            if said >= cfg.reading_sentences:
+                floor = cfg.reading_min_silence_ms
+            elif sure and said <= 1:
+                floor = cfg.statement_min_silence_ms
+            else:
+                floor = cfg.long_turn_min_silence_ms
+            wait = max(wait, floor)
+        if announced and not question:
+            wait = max(wait, cfg.reading_min_silence_ms)  # "...so please let me finish."
+        if not question and wait >= cfg.statement_min_silence_ms:
+            wait = max(wait, turn.patience_ms)
+        return silence_ms >= wait
+
+    def answerable(self, result: Evaluation) -> bool:
+        """Words that answer, should the bot have been ending: a backchannel's ("Yes.",
+        "Okay.") or ones the end-of-turn model is sure of ("Six."), not a hum's words
+        Whisper made ("And make him.") or a sentence's start."""
+        text = result.text.strip()
+        if result.hearing is not Hearing.HEARD or not text or looks_unfinished(text):
+            return False
+        return is_backchannel(text) or result.probability >= self.cfg.end_of_turn_threshold

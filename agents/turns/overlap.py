@@ -1,0 +1,78 @@
+"""Caller speech over the bot: whether it is loud enough to hold the bot, the one rule the
+turn engine and the duplex gateway both apply, and the recent frames it is judged on."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from agents.turns.config import TurnTaking
+from agents.turns.protocol import Frame
+
+__all__ = ["Overlap", "RecentFrames"]
+
+RATE = 16000
+
+
+@dataclass(slots=True)
+class Overlap:
+    """Caller speech that started over the bot, and whether it is loud enough to hold
+    the bot: the one rule the engine and the duplex gateway both apply."""
+
+    start: int
+    loud: int = 0  # samples loud like a caller (above the echo and the room)
+    over_bot: int = 0  # samples while the bot was audible
+    stopped: int | None = None  # where the speech stopped, when it has
+    held_at: int | None = None
+    last_loud: int | None = None  # the end of the last frame loud like a caller
+    restarted: int | None = None  # where speech last began again after a stop
+
+    def count(self, frame: Frame, speaking: bool, cfg: TurnTaking) -> None:
+        if frame.bot_audible:
+            self.over_bot += frame.samples
+        above_echo = frame.level_db >= frame.bot_level_db - cfg.echo_margin_db
+        above_room = frame.level_db >= frame.noise_floor_db + cfg.barge_in_over_floor_db
+        if speaking and (above_echo or not frame.bot_audible) and above_room:
+            self.loud += frame.samples
+            self.last_loud = frame.end
+
+    def count_from_onset(self, frames: Iterable[Frame], cfg: TurnTaking) -> None:
+        """Count the frames between the speech's onset and the detector saying so (~80 ms
+        later), so a hold is timed from what the caller said, not from when it was
+        noticed: counted from the notice, the bot started its next sentence 140 ms into
+        a caller's "Yeah." in its pause (bench turns, echo line, the same spot in two
+        runs), the `clear` one frame late."""
+        for frame in frames:
+            if frame.end - frame.samples // 2 > self.start:
+                self.count(frame, True, cfg)
+
+    def holds(self, position: int, echo_settled: bool, cfg: TurnTaking) -> bool:
+        """Loud for long enough, and for a third of the speech at least."""
+        # Until the echo canceller has found the echo path, the bot's echo gets through
+        # at its raw level (a speakerphone's is ~10 dB under the bot, inside the echo
+        # margin) in word-long runs: only longer speech is surely the caller. A hold on
+        # echo would also re-send the audio and set the canceller back.
+        hold_ms = cfg.hold_min_speech_ms if echo_settled else cfg.hold_unsettled_ms
+        hold_at = _samples(hold_ms)
+        return self.loud >= hold_at and self.loud * 3 >= position - self.start
+
+
+class RecentFrames:
+    """The last few frames: what a speech onset the detector reports late looked like."""
+
+    def __init__(self, keep_ms: int = 400) -> None:
+        self._frames: deque[Frame] = deque()
+        self._keep = _samples(keep_ms)
+
+    def add(self, frame: Frame) -> None:
+        self._frames.append(frame)
+        while self._frames and self._frames[0].end <= frame.end - self._keep:
+            self._frames.popleft()
+
+    def __iter__(self) -> Iterator[Frame]:
+        return iter(self._frames)
+
+
+def _samples(ms: int | float) -> int:
+    return int(ms * RATE / 1000)
