@@ -166,7 +166,7 @@ def shared_servers(settings: ModelSettings, count: int) -> int:
     """How many of `count` embedded servers other processes write on: those with a
     fixed port (LLM_EMBEDDED_PORT, then consecutive ones): `serve --local-workers`
     points each worker at one. Calls of this process sharing the first drafted there
-    and held the workers' replies back: 4 calls in `offhook bench pool`, 2 on workers,
+    and held the workers' replies back: 4 calls in `python -m benchmarks pool`, 2 on workers,
     mouth to mouth p90 7.1 s."""
     if settings.llm_base_url or not settings.llm_embedded_port:
         return 0
@@ -208,7 +208,7 @@ async def _start_embedded_servers(
     The first, which a new lone call gets, has MODEL_THREADS threads; the others one
     each. llama.cpp's threads spin while they wait for each other, so 4 servers of 2
     threads on 2 cores took 1.3-14.5 s to a first clause with 4 calls asking at once;
-    `offhook bench llm` on 2 cores, first clause p50 / p90: 1 call 133-245 / 356-383 ms
+    `python -m benchmarks llm` on 2 cores, first clause p50 / p90: 1 call 133-245 / 356-383 ms
     on 2 threads, 288 / 424 on 1; 4 calls at once 1168-1271 / 2117-2275 ms on one
     server, 359 / 508 on 4x1, 382-391 / 1071-1079 on 2+1+1+1.
     """

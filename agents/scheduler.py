@@ -18,10 +18,10 @@ thread, and a thread starts with its creator's: the compute threads of CTranslat
 by the thread that *loads* the model, not the one calling it. Models loaded on these
 threads (`scheduler.run(owner, "load", constructor)`) run entirely at their priority;
 loaded elsewhere, only the calling thread's share (onnxruntime runs on the caller too,
-and all the Python around the models) is nicer. `offhook bench lanes` measured no
+and all the Python around the models) is nicer. `python -m benchmarks lanes` measured no
 difference between the two for the front end (--load-on) on 2 cores.
 
-`offhook bench lanes` (ops/bench_lanes.py) measures the lanes against one shared pool.
+`python -m benchmarks lanes` (benchmarks/lanes.py) measures the lanes against one shared pool.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Hook = Callable[[str, float], None]
 
-# Measured with `offhook bench lanes` on 2 cores (see ModelScheduler's docstring).
+# Measured with `python -m benchmarks lanes` on 2 cores (see ModelScheduler's docstring).
 MODEL_THREADS: Final = 3
 MODEL_NICENESS: Final = 5
 FRONTEND_NICENESS: Final = 0
@@ -368,7 +368,7 @@ class ModelScheduler(_Lane):
     `on_run(stage, seconds)` its time running; both are called in the worker thread.
 
     Three threads (`MODEL_THREADS`) at nice +5 (`MODEL_NICENESS`), measured with
-    `offhook bench lanes` on 2 cores (4 front ends in real time, 4 callers keeping
+    `python -m benchmarks lanes` on 2 cores (4 front ends in real time, 4 callers keeping
     Whisper tiny.en on 2 threads, Piper on 2 and Smart Turn on 1 busy): one or two
     threads leave a core idle while a job's serial parts run (Smart Turn is single
     threaded; Whisper's decoder barely parallel), so queues grow: the time to a turn's
@@ -420,7 +420,7 @@ class FrontEndLane(_Lane):
 
     A call owns a one-thread lane (`app/call.py`): its frames stay in order on one
     thread, away from every other call's, and the call needs nothing from the app.
-    `offhook bench lanes` found one two-thread lane shared by four calls no different
+    `python -m benchmarks lanes` found one two-thread lane shared by four calls no different
     (frame p99 14-16 ms either way, while the models kept both cores busy).
     """
 

@@ -17,7 +17,7 @@ async def shed_traceback(coro: Coroutine[Any, Any, T]) -> T:
     `__aexit__` frame, which its own traceback holds: a reference cycle. Every frame on
     that traceback (a call's session, its agent, their audio) then lives until Python's
     rare full collection: the server grew by ~10 MB a call and fell back by ~100 MB
-    every ten or so (`offhook bench soak`). A task that is cancelled is done; nobody
+    every ten or so (`python -m benchmarks soak`). A task that is cancelled is done; nobody
     reads where inside it the cancellation found it.
     """
     try:

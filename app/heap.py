@@ -6,7 +6,7 @@ cyclic garbage collector, not by reference counting. That collector's full pass 
 only after ten passes of the middle generation *and* once the objects that survived
 earlier passes have grown by a quarter; with the models' objects counted among those,
 that took about thirty calls on the bundled models, each call held whole meanwhile
-(`offhook bench soak`: the server's RSS rose ~10 MB a call, then fell ~100 MB).
+(`python -m benchmarks soak`: the server's RSS rose ~10 MB a call, then fell ~100 MB).
 
 So: once the models are loaded, what loading left is frozen (neither counted nor
 scanned again), and a call's end schedules one full pass, a moment later, so that the
@@ -18,7 +18,7 @@ glibc otherwise keeps, 8-30 MB of RSS that crept up call after call (~2 ms a pas
 And glibc's malloc arenas are limited to two (`limit_arenas`, at start-up): by default
 every thread that allocates while another holds the lock gets an arena of its own, up
 to 8 per core, and each keeps its own high-water mark that trimming does not undo.
-`offhook bench abuse` measured it: eight media-flood calls raised RSS in steps by 12 MB
+`python -m benchmarks abuse` measured it: eight media-flood calls raised RSS in steps by 12 MB
 with the default, and not at all after the first with two arenas (and 23 MB less to
 begin with); the Python heap itself stayed flat in both.
 """

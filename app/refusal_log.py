@@ -3,7 +3,7 @@
 Every forged signature or stream that never starts is worth a warning to an operator,
 but 300 of them a minute are not 300 lines: they fill the log's disk, and a server whose
 stderr is a pipe nobody drains fast enough blocks its event loop on the write (seen in
-`offhook bench abuse`: about 500 forged webhooks stalled every live call). The metrics
+`python -m benchmarks abuse`: about 500 forged webhooks stalled every live call). The metrics
 (`offhook_rejected_calls_total`, `offhook_protocol_errors_total`) count every one.
 """
 

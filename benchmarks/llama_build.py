@@ -1,7 +1,7 @@
 """Tokens per second of llama.cpp builds on this machine: the portable build against
 another (a native one), same model, same threads, runs alternated.
 
-    python benchmarks/llama_build.py --model PATH \\
+    python -m benchmarks llama-build --model PATH \\
         --build portable=.venv/bin/python --build native=/tmp/native/bin/python
 
 Each `--build NAME=PYTHON` names an interpreter whose site-packages hold one build of
@@ -17,11 +17,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from benchmarks.provenance import commit, cpu_model
 
 # Runs inside each build's interpreter: one load, one prompt, one generation.
 _MEASURE = r"""
@@ -65,20 +68,10 @@ def measure(python: str, model: Path, threads: int, tokens: int) -> dict[str, ob
     return result
 
 
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
-def commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks llama-build", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--model", type=Path, required=True, help="a GGUF file")
     parser.add_argument("--build", action="append", required=True, metavar="NAME=PYTHON")
     parser.add_argument("--rounds", type=int, default=5)
@@ -93,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "benchmark": "llama_build",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "commit": commit(),
-        "machine": {"cpu": cpu_model(), "arch": platform.machine(), "cores": _cores()},
+        "commit": commit(short=True),
+        "machine": {"cpu": cpu_model(), "arch": platform.machine(), "cores": os.cpu_count() or 0},
         "conditions": {
             "model": args.model.name,
             "threads": args.threads,
@@ -115,12 +108,6 @@ def main(argv: list[str] | None = None) -> int:
     json.dump(report, sys.stdout, indent=2)
     print()
     return 0
-
-
-def _cores() -> int:
-    import os
-
-    return os.cpu_count() or 0
 
 
 if __name__ == "__main__":

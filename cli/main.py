@@ -1,4 +1,8 @@
-"""`offhook` — serve the bot, prepare models, simulate a caller, benchmark."""
+"""`offhook` — serve the bot, prepare models, simulate a caller, look after call records.
+
+Benchmarks are not part of the installed command: they need a source checkout, its dev
+dependencies and test material, and run from it as `python -m benchmarks`.
+"""
 
 from __future__ import annotations
 
@@ -144,19 +148,11 @@ def simulate(argv: list[str]) -> int:
     return simulate_main(argv)
 
 
-def bench(argv: list[str]) -> int:
-    from ops.bench import main as bench_main
-
-    return bench_main(argv)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # simulate and bench own their arguments.
+    # simulate, worker and calls own their arguments.
     if argv and argv[0] == "simulate":
         return simulate(argv[1:])
-    if argv and argv[0] == "bench":
-        return bench(argv[1:])
     if argv and argv[0] == "worker":
         from app.heap import limit_arenas
 
@@ -204,7 +200,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     call_parser.set_defaults(func=call)
     commands.add_parser("simulate", help="call a running server as Twilio would (see --help)")
-    commands.add_parser("bench", help="latency and CPU benchmarks (see --help)")
     commands.add_parser("worker", help="run one duplex worker (see --help)")
     commands.add_parser("calls", help="list, show, replay, export, plot, clean up call records")
     args = parser.parse_args(argv)

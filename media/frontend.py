@@ -170,7 +170,7 @@ class FrontEnd:
                 cancelled = aligned
             # Whisper hears the cancelled line only while the bot's echo may be in it:
             # with nothing to cancel, the canceller's processing still costs words
-            # (measured with `offhook bench stt`), so the line goes through untouched.
+            # (measured with `python -m benchmarks stt`), so the line goes through untouched.
             content = cancelled if bot_echoing else aligned
         self._cancelled_levels.add(cancelled)
         audio = self._clean(content)

@@ -77,6 +77,6 @@ async def test_under_background_voices_every_question_gets_an_answer(bot: Bot) -
     # where the caller stopped hearing it) before the floor has caught up. Never more.
     assert len(report.clears) <= 1, "the babble kept stopping the bot"
     # Two caller turns, the two questions: none made of the babble between them. (What
-    # tiny.en makes of espeak under babble is another matter: `offhook bench stt`.)
+    # tiny.en makes of espeak under babble is another matter: `python -m benchmarks stt`.)
     heard = await caller_turns(bot, report)
     assert len(heard) == 2, heard

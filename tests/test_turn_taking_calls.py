@@ -38,7 +38,7 @@ async def test_an_interruption_stops_the_bot_within_a_fraction_of_a_second(bot: 
     onset = report.turns[0].speech_start_ms
     assert report.clears, "no clear was sent when the caller barged in"
     # What the caller heard of the bot after starting to speak: the target is
-    # 250 ms at p50 (`offhook bench turns`); a loaded test machine gets some slack.
+    # 250 ms at p50 (`python -m benchmarks turns`); a loaded test machine gets some slack.
     heard_until = max(end for start, end in report.bot_utterances if start < onset)
     assert heard_until - onset < 600, f"the bot played on {heard_until - onset:.0f} ms"
     greeting = (await recorded_turns(bot, report.call_sid))[0]

@@ -256,7 +256,7 @@ class ChatPool:
 
     The embedded llama.cpp server writes one reply at a time. With 4 calls ending their
     turns at once, the fourth caller's first clause waited for three whole replies
-    (p90 2.1-2.3 s on 2 cores in `offhook bench llm`); with a server per call, 1.1 s.
+    (p90 2.1-2.3 s on 2 cores in `python -m benchmarks llm`); with a server per call, 1.1 s.
 
     `shared`: the first `shared` members also write for clients outside this pool
     (`serve --local-workers` points each worker at one), which the pool cannot see:

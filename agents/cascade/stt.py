@@ -87,7 +87,7 @@ def window_frames(content_frames: int, min_window_s: int = MIN_WINDOW_S) -> int:
 class WhisperTranscriber:
     """Whisper on one phone turn (the last 30 s at most), without timestamps.
 
-    Greedy with a 10 s window by default; `offhook bench stt` measures the choices.
+    Greedy with a 10 s window by default; `python -m benchmarks stt` measures the choices.
     """
 
     def __init__(
@@ -267,7 +267,7 @@ class Hearing(Enum):
     NOTHING = "nothing"  # no speech (a cough, a click, noise, background talk): ignore
 
 
-# Measured with `python -m ops.stt_evidence` (tiny.en and base, int8, 10 s window):
+# Measured with `python -m benchmarks stt-evidence` (tiny.en and base, int8, 10 s window):
 # 136 phone clips (11 short phrases and 3 questions; espeak-ng at 120-230 wpm in five
 # voices, Piper at two rates; ten under 10 dB SNR pink noise or babble), 11 garbled
 # ones (reversed or nonsense speech, speech under 0 dB babble) and 19 non-speech ones

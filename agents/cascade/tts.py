@@ -74,7 +74,7 @@ class PiperSpeaker:
 
 # Bounded in bytes, not entries: a clause of 60 characters is ~3 s of float32 audio
 # (~300 kB), so 256 of them grew the server by up to ~80 MB over the first few hundred
-# calls (`offhook bench soak`).
+# calls (`python -m benchmarks soak`).
 CACHE_BYTES = 8 << 20
 CACHED_CLAUSE_CHARS = 60
 _LEAD_THRESHOLD = 10 ** (-45 / 20)  # -45 dBFS

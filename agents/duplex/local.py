@@ -44,7 +44,7 @@ def share_embedded_llm(
     then shared in turn), so workers can reach them; each worker's environment to do so.
 
     A server writes one reply at a time: 2 workers on one server each waited out the
-    other's whole reply (`offhook bench pool`, 3-4 calls, p90 2.5-3.0 s). With
+    other's whole reply (`python -m benchmarks pool`, 3-4 calls, p90 2.5-3.0 s). With
     LLM_BASE_URL set, workers inherit it and nothing changes. ValueError: the servers'
     ports would not fit, or would be the workers' own (from `worker_port`).
     """

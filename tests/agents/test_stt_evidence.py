@@ -6,7 +6,7 @@ evidence; `assess` weighs it with the VAD's into HEARD, UNCLEAR (ask again) or N
 
 The real-model tests run the bundled tiny.en (the default STT) on audio made the way a
 call makes it: espeak-ng, 8 kHz mu-law, the call's front end (its VAD gives speech_ms).
-The thresholds come from `python -m ops.stt_evidence`.
+The thresholds come from `python -m benchmarks stt-evidence`.
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from agents.cascade.stt import (
 )
 from app.assets import ModelCache
 from app.settings import Settings
+from benchmarks.stt_evidence import Clip, front_end
 from ops.caller_voice import LINE_RATE, speak
 from ops.line import active_rms, babble
-from ops.stt_evidence import Clip, front_end
 
 pytestmark = pytest.mark.slow  # real Whisper on synthesised speech
 
 # --- the verdict, as a table --------------------------------------------------------------
-# Rows are measured transcripts (ops.stt_evidence) or the cases around them.
+# Rows are measured transcripts (benchmarks/stt_evidence.py) or the cases around them.
 
 HEARD_CASES = [
     ("thank you, clearly", Transcript("Thank you.", 0.26, avg_logprob=-0.12), 704),

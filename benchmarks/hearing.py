@@ -1,5 +1,5 @@
-"""`offhook bench hearing` and `offhook bench stt`: does the bot hear the caller, and only
-the caller, on the lines real callers bring?
+"""`python -m benchmarks hearing` and `python -m benchmarks stt`: does the bot hear the
+caller, and only the caller, on the lines real callers bring?
 
 `hearing` places real calls through the Twilio protocol (ops.simulate) against the bot,
 one per line condition, with a Piper-voiced caller asking three questions. Everything is
@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from benchmarks.measure import BENCH_TOKEN, machine, percentile
 from callevents import EndOfTurn, parse_timeline
 from ops.caller_voice import CallerVoice
 from ops.line import EchoPath, LineConditions, NoiseSource, active_rms
-from ops.measure import BENCH_TOKEN, machine, percentile
 from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call
 
 if TYPE_CHECKING:
@@ -246,7 +246,8 @@ def bench_stt(args: argparse.Namespace) -> dict[str, object]:
         row: dict[str, object] = {"condition": condition.label}
         outputs = {}
         for name, (denoise, echo_cancel) in FRONT_ENDS.items():
-            # CPU is `offhook bench frontend`'s job: here Whisper's threads share the process.
+            # CPU is `python -m benchmarks frontend`'s job: here Whisper's threads share
+            # the process.
             outputs[name], _ = run_front_end(built, denoise=denoise, echo_cancel=echo_cancel)
         # Every front end with the default STT; every STT with the chosen front end.
         jobs = [(fe, "tiny.en 10 s greedy") for fe in FRONT_ENDS]
@@ -434,4 +435,6 @@ def add_parsers(
     stt.add_argument("--questions", type=int, default=6)
     stt.add_argument("--front-end", default="AEC", choices=tuple(FRONT_ENDS))
     stt.add_argument("--all", action="store_true", help="every condition, not the subset")
+    hearing.set_defaults(run=bench_hearing)
+    stt.set_defaults(run=bench_stt)
     return [hearing, stt]

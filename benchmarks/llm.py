@@ -1,6 +1,7 @@
-"""`offhook bench llm` — how long callers wait for the embedded LLM when calls coincide.
+"""`python -m benchmarks llm` — how long callers wait for the embedded LLM when calls
+coincide.
 
-    offhook bench llm [--layouts 1x2,4x1,2+1+1+1] [--concurrent 1,2,4] [--rounds 5]
+    python -m benchmarks llm [--layouts 1x2,4x1,2+1+1+1] [--concurrent 1,2,4] [--rounds 5]
 
 Starts the bundled model's llama.cpp servers the way `offhook serve` does (a layout
 `NxT` is N servers of T threads each, `2+1+1` three servers of 2, 1 and 1 threads,
@@ -25,7 +26,7 @@ from agents.cascade.clauses import ClauseSplitter
 from agents.cascade.llm import ChatModel, ChatPool, Message, OpenAIChat
 from agents.cascade.llm_server import EmbeddedLlamaServer
 from app.settings import Settings
-from ops.measure import QUESTIONS, machine, percentile
+from benchmarks.measure import QUESTIONS, machine, percentile
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,4 +148,5 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="comma-separated numbers of callers asking at once",
     )
     llm.add_argument("--rounds", type=int, default=5, help="measured rounds per number")
+    llm.set_defaults(run=bench_llm)
     return llm

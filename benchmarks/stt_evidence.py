@@ -1,6 +1,6 @@
 """Measure Whisper's own evidence on phone speech and on non-speech, for `stt.assess`.
 
-    .venv/bin/python -m ops.stt_evidence [--models tiny.en base] [--json out.json]
+    python -m benchmarks stt-evidence [--models tiny.en base] [--json out.json]
 
 Every clip goes the way a caller's turn goes: 8 kHz int16 -> G.711 mu-law -> the call's
 front end (which upsamples to 16 kHz and runs the VAD; `speech_ms` is what the VAD
@@ -319,20 +319,30 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.provenance import options, provenance
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks stt-evidence", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--models", nargs="+", default=["tiny.en", "base"])
     parser.add_argument("--json", type=Path, help="also write the rows here")
     parser.add_argument("--from-json", type=Path, help="tabulate rows measured before")
     args = parser.parse_args(argv)
     if args.from_json:
-        rows = [Row(**r) for r in json.loads(args.from_json.read_text())]
+        saved = json.loads(args.from_json.read_text())
+        # {"provenance": ..., "rows": [...]}, or a bare list of rows (files before it).
+        rows = [Row(**r) for r in (saved["rows"] if isinstance(saved, dict) else saved)]
     else:
         rows = measure(args.models)
     if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
+        made = provenance("stt-evidence", argv, options(args))
+        written = {"provenance": made, "rows": [asdict(r) for r in rows]}
+        args.json.write_text(json.dumps(written, indent=1))
     print(table(rows))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,6 +1,6 @@
-"""`offhook bench abuse` — what a stranger's traffic costs a live call.
+"""`python -m benchmarks abuse` — what a stranger's traffic costs a live call.
 
-    offhook bench abuse [--attacks huge-body,multipart,...] [--warmup 20]
+    python -m benchmarks abuse [--attacks huge-body,multipart,...] [--warmup 20]
 
 Starts `offhook serve` as its own process (signed mode, as on the internet), warms it
 with `--warmup` calls (the first calls fill bounded caches), and, for each attack,
@@ -32,8 +32,8 @@ import httpx
 import websockets
 from websockets.asyncio.client import connect
 
-from ops.bench_soak import Server, one_call
-from ops.measure import BENCH_TOKEN, QUESTIONS, machine
+from benchmarks.measure import BENCH_TOKEN, QUESTIONS, machine
+from benchmarks.soak import Server, one_call
 from ops.simulate import (
     CallerTurn,
     CallReport,
@@ -276,7 +276,8 @@ def _row(name: str, report: CallReport, before: float, after: float) -> dict[str
 async def run(server: Server, names: list[str], warmup: int) -> dict[str, object]:
     await server.wait_idle()
     # The first ~20-30 calls fill bounded caches (TTS clauses, llama.cpp prompts, glibc
-    # arenas; see `offhook bench soak`): RSS from then on is what attacks could move.
+    # arenas; see `python -m benchmarks soak`): RSS from then on is what attacks could
+    # move.
     for index in range(warmup):
         await one_call(server.url, index)
         await server.wait_idle()
@@ -326,4 +327,5 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     abuse.add_argument(
         "--warmup", type=int, default=20, help="calls before the baseline (caches fill)"
     )
+    abuse.set_defaults(run=bench_abuse)
     return abuse

@@ -1,13 +1,18 @@
 """Benchmarks of the duplex worker pool as callers meet it.
 
-    offhook bench takeover  a real `offhook worker` process SIGKILLed mid-question and
-                            mid-reply: what the caller hears until the cascade has the call
-    offhook bench pool      N local workers on this host, 1..M simultaneous callers: who
-                            served each call, answers, latency, unit time, underruns
+    python -m benchmarks takeover  a real `offhook worker` process SIGKILLed mid-question
+                                   and mid-reply: what the caller hears until the cascade
+                                   has the call
+    python -m benchmarks pool      N local workers on this host, 1..M simultaneous
+                                   callers: who served each call, answers, latency, unit
+                                   time, underruns
+    python -m benchmarks units     the duplex `cascade` backend alone: time to process
+                                   each unit vs the unit's length
 
-Both start the bot in-process on 127.0.0.1 and its workers as child processes sharing
-its embedded LLM, exactly as `offhook serve --local-workers N` does; every figure is
-read at the simulated caller's ear or from the call's record.
+`takeover` and `pool` start the bot in-process on 127.0.0.1 and its workers as child
+processes sharing its embedded LLM, exactly as `offhook serve --local-workers N` does;
+every figure is read at the simulated caller's ear or from the call's record. `units`
+runs the backend alone, in this process, on a scripted caller's audio.
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from agents.conversation import Speaker
-from ops.measure import BENCH_TOKEN, QUESTIONS, machine, percentile
+from benchmarks.measure import BENCH_TOKEN, QUESTIONS, machine, percentile
 from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call
 from recordings.store import RecordStore
 
@@ -352,3 +359,77 @@ def _unit_summary(
         "units_over_length": int(total - within),
         "unit_p99_under_ms": None if p99 == float("inf") else round(p99 * 1000),
     }
+
+
+# --- units -------------------------------------------------------------------------------
+
+
+def bench_units(args: argparse.Namespace) -> dict[str, object]:
+    """Duplex `cascade` backend: time to process each unit vs the unit's length."""
+    from agents.duplex.cascade_backend import CascadeDuplexBackend
+    from agents.duplex.protocol import Prepare
+    from app.settings import Settings
+    from media.resample import resample
+    from ops.caller_voice import speak
+
+    settings = Settings.from_env()
+    unit = 16000 * args.unit_ms // 1000
+    # A scripted caller: a question, silence for the reply, another question...
+    script = []
+    for question in QUESTIONS[:4]:
+        script.append(resample(speak(question).astype(np.float32) / 32768, 8000, 16000))
+        script.append(np.zeros(16000 * 4, np.float32))
+    audio = np.concatenate(script)
+
+    async def run() -> dict[str, object]:
+        backend = await CascadeDuplexBackend.from_settings(settings)
+        try:
+            await backend.prepare(Prepare(system_prompt=settings.persona(), unit_ms=args.unit_ms))
+            listen: list[float] = []
+            speak_ms: list[float] = []
+            for start in range(0, len(audio) - unit + 1, unit):
+                began = time.perf_counter()
+                outcome = await backend.process_unit(audio[start : start + unit])
+                elapsed = (time.perf_counter() - began) * 1000
+                (speak_ms if outcome.action != "listen" else listen).append(elapsed)
+                await backend.finalize_unit()
+            every = listen + speak_ms
+            return {
+                "machine": machine(),
+                "unit_ms": args.unit_ms,
+                "units": len(every),
+                "unit_p50_ms": round(percentile(every, 50), 1),
+                "unit_p99_ms": round(percentile(every, 99), 1),
+                "listen_unit_p50_ms": round(percentile(listen, 50), 1),
+                "speak_unit_p50_ms": round(percentile(speak_ms, 50), 1),
+                "speak_unit_max_ms": round(max(speak_ms, default=float("nan")), 1),
+                "units_over_their_length": sum(1 for ms in every if ms > args.unit_ms),
+            }
+        finally:
+            await backend.cleanup()
+            await backend.aclose()
+
+    return asyncio.run(run())
+
+
+def add_parsers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> list[argparse.ArgumentParser]:
+    takeover = sub.add_parser("takeover", help="worker killed mid-call: what the caller hears")
+    takeover.add_argument("--calls", type=int, default=3, help="trials of each kind")
+    takeover.set_defaults(run=bench_takeover)
+    pool = sub.add_parser("pool", help="N local workers under 1..M simultaneous calls")
+    pool.add_argument("--workers", type=int, default=2)
+    pool.add_argument(
+        "--calls",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1, 2, 3, 4],
+        help="comma-separated numbers of simultaneous calls",
+    )
+    pool.set_defaults(run=bench_pool)
+    for p in (takeover, pool):
+        p.add_argument("--worker-port", type=int, default=22500)
+    units = sub.add_parser("units", help="duplex cascade backend: unit processing time")
+    units.add_argument("--unit-ms", type=int, default=1000)
+    units.set_defaults(run=bench_units)
+    return [takeover, pool, units]

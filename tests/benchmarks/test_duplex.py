@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ops.bench_duplex import _silences_after, _unit_summary
+from benchmarks.duplex import _silences_after, _unit_summary
 from ops.simulate import CallReport
 
 

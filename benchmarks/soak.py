@@ -1,6 +1,6 @@
-"""`offhook bench soak` — does the server keep memory, call after call?
+"""`python -m benchmarks soak` — does the server keep memory, call after call?
 
-    offhook bench soak [--warmup 30] [--calls 100] [--rounds 5] [--concurrent 4]
+    python -m benchmarks soak [--warmup 30] [--calls 100] [--rounds 5] [--concurrent 4]
 
 Starts `offhook serve` as a process of its own, so that what is measured is the
 server's memory and nothing of the bench's, then calls it through the Twilio protocol
@@ -34,7 +34,7 @@ import httpx
 import numpy as np
 
 from app.heap import SWEEP_DELAY_S
-from ops.measure import BENCH_TOKEN, QUESTIONS, machine
+from benchmarks.measure import BENCH_TOKEN, QUESTIONS, machine
 from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call
 
 # Short, so that a call is mostly the caller's question and the bot's answer.
@@ -263,4 +263,5 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     soak.add_argument("--calls", type=int, default=100, help="sequential calls measured")
     soak.add_argument("--rounds", type=int, default=5, help="rounds of concurrent calls")
     soak.add_argument("--concurrent", type=int, default=4, help="calls per round")
+    soak.set_defaults(run=bench_soak)
     return soak

@@ -1,4 +1,4 @@
-"""`offhook bench lanes`: does per-frame audio work wait behind model inference?
+"""`python -m benchmarks lanes`: does per-frame audio work wait behind model inference?
 
 N simulated calls feed real front ends (media.frontend.FrontEnd) 20 ms frames of a
 hard line (the bot talking with its echo at -10 dB / 150 ms, babble at 15 dB, Piper-
@@ -43,7 +43,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from ops.measure import machine, percentile
+from benchmarks.measure import machine, percentile
 
 __all__ = ["add_parser", "bench_lanes", "print_lanes"]
 
@@ -136,9 +136,9 @@ def _cpu_seconds() -> tuple[float, float]:
 
 def build_workload() -> Workload:
     """The `bench frontend` line, as Twilio frames and the playout clock's references."""
+    from benchmarks.hearing import BOT_LINES, QUESTIONS, RATE, build_line, line_references
     from media.codec import mulaw_encode
     from media.resample import resample
-    from ops.bench_hearing import BOT_LINES, QUESTIONS, RATE, build_line, line_references
     from ops.caller_voice import CallerVoice
     from ops.line import LineConditions
 
@@ -431,4 +431,5 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="lanes: load the models through asyncio's pool (as the app) or the scheduler",
     )
     lanes.add_argument("--stt", default="", help="Whisper model (default: STT_MODEL's)")
+    lanes.set_defaults(run=bench_lanes, show=print_lanes)
     return lanes

@@ -1,0 +1,127 @@
+"""What a benchmark's JSON carries besides its figures: the commit and the settings it ran
+with, when, and on which machine, so that two results can be compared (or not).
+
+    {"provenance": provenance("turns", argv, options(args)), **result}
+
+- commit: `git rev-parse HEAD` of this checkout ("unknown" without git or a checkout),
+  and whether tracked files differed from it (`dirty`; None when unknown);
+- date: UTC, to the second;
+- machine: CPU model, architecture, cores, OS and Python;
+- options: the benchmark's own arguments, as parsed;
+- settings: every application setting (environment variable) whose value differs from
+  its default, secrets masked; the rest are the commit's defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["app_settings", "commit", "cpu_model", "dirty", "machine", "options", "provenance"]
+
+ROOT = Path(__file__).resolve().parent.parent
+# Arguments that are no setting of the run: the dispatcher's own, and secrets.
+_NOT_OPTIONS = frozenset({"run", "show", "json", "what", "auth_token"})
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def commit(*, short: bool = False) -> str:
+    """The checkout's HEAD, or "unknown"."""
+    found = _git("rev-parse", *(["--short"] if short else []), "HEAD")
+    return found or "unknown"
+
+
+def dirty() -> bool | None:
+    """Whether tracked files differ from HEAD (None: no git, or no checkout)."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return None if status is None else bool(status)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict[str, object]:
+    return {
+        "cpu": cpu_model(),
+        "arch": platform.machine(),
+        "cores": os.cpu_count() or 0,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def app_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The application settings that differ from their defaults, as `offhook settings`
+    shows them (secrets masked); {"error": ...} if the environment holds a bad value."""
+    from app.settings import Settings, SettingsError
+
+    try:
+        current = Settings.describe(Settings.from_env(environ))
+    except SettingsError as exc:
+        return {"error": str(exc)}
+    defaults = {env: value for env, value, _ in Settings.describe()}
+    return {env: value for env, value, _ in current if value != defaults.get(env)}
+
+
+def _plain(value: object) -> object:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def options(args: argparse.Namespace | Mapping[str, object]) -> dict[str, object]:
+    """A benchmark's arguments as JSON values, less the dispatcher's and the secrets."""
+    items = vars(args) if isinstance(args, argparse.Namespace) else args
+    return {k: _plain(v) for k, v in items.items() if k not in _NOT_OPTIONS}
+
+
+def _masked(argv: Sequence[str]) -> list[str]:
+    """The command line with a token's value hidden (`--auth-token X`, `--auth-token=X`)."""
+    shown: list[str] = []
+    for arg in argv:
+        if shown and shown[-1] == "--auth-token":
+            arg = "***"
+        elif arg.startswith("--auth-token="):
+            arg = "--auth-token=***"
+        shown.append(arg)
+    return shown
+
+
+def provenance(
+    benchmark: str,
+    argv: Sequence[str] = (),
+    run_options: Mapping[str, object] | None = None,
+) -> dict[str, object]:
+    return {
+        "benchmark": benchmark,
+        "command": " ".join(["python -m benchmarks", benchmark, *_masked(argv)]),
+        "commit": commit(),
+        "dirty": dirty(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "options": dict(run_options or {}),
+        "settings": app_settings(),
+    }

@@ -1,0 +1,265 @@
+"""Placing the calls of `python -m benchmarks turns`: a plan of (line, script) calls on
+one or more lanes of callers at once, against a running server or one started here."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Final
+
+from benchmarks.measure import BENCH_TOKEN, machine
+from benchmarks.turns.report import print_table, table_rows
+from benchmarks.turns.scoring import Span, Tally, TurnScore, score_call, score_unplaced
+from benchmarks.turns.script import LINES, SCRIPTS, PreparedScript, Script, Voices, prepare
+from ops.caller_voice import CallerVoiceError
+from ops.line import LineConditions
+from ops.simulate import SimulationConfig, SimulationError, simulate_call
+
+HANGUP_AFTER_MS: Final = 5500  # > scoring.ANSWER_WINDOW_MS: the last answer is heard
+LANE_STAGGER_S: Final = 2.0
+MAX_CALL_S: Final = 300.0
+
+
+@dataclass
+class CallOutcome:
+    line: str
+    script: str
+    lane: int
+    tally: Tally
+    turns: list[TurnScore]
+    call_sid: str | None = None
+    error: str | None = None
+    clears_ms: list[float] = field(default_factory=list)
+    bot_utterances_ms: list[Span] = field(default_factory=list)
+
+
+_print_lock = threading.Lock()
+
+
+def _summary(outcome: CallOutcome) -> str:
+    t = outcome.tally
+    lat = ", ".join(f"{v:.0f}" for v in t.latencies_ms) or "-"
+    text = (
+        f"[{outcome.line}] {outcome.script} (lane {outcome.lane}): answered "
+        f"{t.answered}/{t.expect_answer}, talk-over {t.talk_over}, cut-offs {t.cut_offs}, "
+        f"false stops {t.false_stops}/{t.backchannels_judged}, "
+        f"tails {[round(v) for v in t.tails_ms]}, dead air "
+        f"{t.dead_air_turns + t.dead_air_in_replies}, underruns {t.underruns}, "
+        f"mouth to mouth [{lat}] ms"
+    )
+    return text + (f" ERROR {outcome.error}" if outcome.error else "")
+
+
+async def _place(
+    url: str,
+    token: str | None,
+    prepared: PreparedScript,
+    line_name: str,
+    line: LineConditions,
+    lane: int,
+    record_dir: Path | None,
+) -> CallOutcome:
+    config = SimulationConfig(
+        base_url=url,
+        auth_token=token,
+        turns=prepared.turns,
+        line=line,
+        hangup_after_ms=HANGUP_AFTER_MS,
+        max_call_s=MAX_CALL_S,
+        patience_s=prepared.script.patience_s,
+        record_path=(
+            None
+            if record_dir is None
+            else record_dir / f"{line_name}-{prepared.script.name}-lane{lane}.wav"
+        ),
+    )
+    name = prepared.script.name
+    try:
+        report = await simulate_call(config)
+    except (SimulationError, CallerVoiceError, OSError) as exc:
+        tally, turns = score_unplaced(prepared.facts)
+        return CallOutcome(line_name, name, lane, tally, turns, error=str(exc))
+    tally, turns = score_call(prepared.facts, report)
+    return CallOutcome(
+        line_name,
+        name,
+        lane,
+        tally,
+        turns,
+        call_sid=report.call_sid,
+        clears_ms=[round(c) for c in report.clears],
+        bot_utterances_ms=[(round(s), round(e)) for s, e in report.bot_utterances],
+    )
+
+
+Plan = list[tuple[str, LineConditions, PreparedScript]]
+
+
+async def _lane(
+    url: str, token: str | None, plan: Plan, lane: int, record_dir: Path | None
+) -> list[CallOutcome]:
+    await asyncio.sleep(lane * LANE_STAGGER_S)
+    outcomes = []
+    for line_name, line, prepared in plan:
+        outcome = await _place(url, token, prepared, line_name, line, lane, record_dir)
+        with _print_lock:
+            print(_summary(outcome), flush=True)
+        outcomes.append(outcome)
+    return outcomes
+
+
+def run_plan(
+    url: str, token: str | None, plan: Plan, concurrent: int, record_dir: Path | None
+) -> list[CallOutcome]:
+    """Every call of the plan on each of `concurrent` lanes, lanes rotated and at once."""
+    lanes = [
+        plan[k * len(plan) // concurrent :] + plan[: k * len(plan) // concurrent]
+        for k in range(concurrent)
+    ]
+    # A thread and an event loop per caller: one caller's work (babble synthesis at
+    # dialling, mixing) never holds up another's 20 ms clock.
+    with ThreadPoolExecutor(concurrent, thread_name_prefix="caller") as pool:
+        futures = [
+            pool.submit(asyncio.run, _lane(url, token, lane, k, record_dir))
+            for k, lane in enumerate(lanes)
+        ]
+        return [outcome for future in futures for outcome in future.result()]
+
+
+def _serve_and_run(
+    args: argparse.Namespace, plan: Plan, record_dir: Path | None
+) -> tuple[list[CallOutcome], dict[str, object]]:
+    from app.main import create_app
+    from app.settings import Settings
+    from ops.local_server import ServerThread, free_port
+
+    settings = Settings.from_env()
+    data_dir = Path(tempfile.mkdtemp(prefix="offhook-bench-turns-"))
+    servers = ServerThread()
+    try:
+        port = free_port()
+        local = settings.replace(
+            public_url=f"http://127.0.0.1:{port}",
+            twilio_auth_token=BENCH_TOKEN,
+            data_dir=str(data_dir),
+            max_calls=max(settings.max_calls, args.calls),
+        )
+        app = create_app(local)
+        url = servers.serve(app, port)
+
+        async def wait_ready() -> None:
+            await asyncio.wait_for(app.state.services.ready.wait(), 600)
+
+        servers.run(wait_ready(), timeout=620)
+        outcomes = run_plan(url, BENCH_TOKEN, plan, args.calls, record_dir)
+    finally:
+        servers.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    described = {"stt_model": settings.stt_model, "max_calls": local.max_calls}
+    return outcomes, described
+
+
+def _select(only: str) -> list[Script]:
+    scripts = [s for s in SCRIPTS if only in s.name]
+    if not scripts:
+        names = ", ".join(s.name for s in SCRIPTS)
+        raise SystemExit(
+            f"python -m benchmarks turns: no script matches {only!r} (scripts: {names})"
+        )
+    return scripts
+
+
+def _lines(spec: str) -> list[str]:
+    names = [name.strip() for name in spec.split(",") if name.strip()]
+    unknown = [name for name in names if name not in LINES]
+    if unknown or not names:
+        raise SystemExit(
+            f"python -m benchmarks turns: unknown line {unknown} (lines: {', '.join(LINES)})"
+        )
+    return names
+
+
+def bench_turns(args: argparse.Namespace) -> dict[str, object]:
+    if args.calls < 1:
+        raise SystemExit("python -m benchmarks turns: --calls must be >= 1")
+    scripts = _select(args.only)
+    line_names = _lines(args.lines)
+    voices = Voices()
+    prepared = [prepare(script, args.seed, voices) for script in scripts]
+    plan: Plan = []
+    for name in line_names:
+        line = replace(LINES[name], seed=args.seed)
+        plan += [(name, line, p) for p in prepared]
+    record_dir: Path | None = args.record_dir
+    if record_dir is not None:
+        record_dir.mkdir(parents=True, exist_ok=True)
+    if args.url:
+        outcomes = run_plan(args.url.rstrip("/"), args.auth_token, plan, args.calls, record_dir)
+        described: dict[str, object] = {"url": args.url}
+    else:
+        outcomes, described = _serve_and_run(args, plan, record_dir)
+
+    tables = []
+    totals = Tally()
+    verdicts = []
+    for name in line_names:
+        tally = Tally()
+        for outcome in outcomes:
+            if outcome.line == name:
+                tally.add(outcome.tally)
+        totals.add(tally)
+        rows = table_rows(tally, clean=name == "clean", concurrent=args.calls)
+        title = f"{name}: {LINES[name].label} — {tally.calls} calls, {args.calls} at once"
+        print_table(title, rows)
+        verdicts += [r.verdict for r in rows]
+        tables.append({"line": name, "rows": [asdict(r) for r in rows]})
+    # Totals: every line pooled, except mouth to mouth, whose targets are the clean line's.
+    clean = [o.tally for o in outcomes if o.line == "clean"]
+    totals.latencies_ms = [v for t in clean for v in t.latencies_ms]
+    total_rows = table_rows(totals, clean=bool(clean), concurrent=args.calls)
+    print_table(
+        f"totals over {', '.join(line_names)} (mouth to mouth: clean line only)", total_rows
+    )
+    verdicts += [r.verdict for r in total_rows]
+    tables.append({"line": "totals", "rows": [asdict(r) for r in total_rows]})
+    return {
+        "machine": machine(),
+        "verdict": "FAIL" if "FAIL" in verdicts else "PASS",
+        "concurrent_calls": args.calls,
+        "seed": args.seed,
+        **described,
+        "lines": line_names,
+        "scripts": [s.name for s in scripts],
+        "tables": tables,
+        "calls": [asdict(o) for o in outcomes],
+    }
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    turns = sub.add_parser(
+        "turns", help="scripted calls: turn-taking judged at the caller's ear, against targets"
+    )
+    turns.add_argument(
+        "--only", default="", metavar="SUBSTRING", help="scripts whose name has this"
+    )
+    turns.add_argument("--calls", type=int, default=1, help="callers at once (lanes)")
+    turns.add_argument(
+        "--lines",
+        default="clean,echo,babble",
+        help=f"comma-separated line conditions, from: {', '.join(LINES)}",
+    )
+    turns.add_argument("--seed", type=int, default=1, help="delays, natural pauses, noise")
+    turns.add_argument("--url", default="", help="dial a running server instead of starting one")
+    turns.add_argument("--auth-token", default=os.environ.get("TWILIO_AUTH_TOKEN"))
+    turns.add_argument(
+        "--record-dir", type=Path, default=None, help="a stereo WAV per call (caller | bot)"
+    )
+    turns.set_defaults(run=bench_turns)
+    return turns

@@ -1,0 +1,74 @@
+"""`python -m benchmarks`: every benchmark `offhook bench` had is here, and each JSON it
+writes says which commit, machine, options and settings made it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks.__main__ import OWN_ARGUMENTS, parser
+from benchmarks.provenance import app_settings, options, provenance
+
+# What `offhook bench --help` offered, and the two scripts with their own arguments.
+NAMES = {"call", "frontend", "recorder", "units", "takeover", "pool", "hearing", "stt"}
+NAMES |= {"turns", "lanes", "soak", "abuse", "llm", "stt-evidence", "llama-build"}
+
+
+def _commands() -> set[str]:
+    sub = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return set(sub.choices)
+
+
+def test_every_benchmark_is_a_command() -> None:
+    assert _commands() == NAMES
+    assert set(OWN_ARGUMENTS) <= NAMES
+
+
+def test_every_measuring_command_runs_something_and_can_write_json() -> None:
+    for name in NAMES - set(OWN_ARGUMENTS):
+        args = parser().parse_args([name, "--json", "out.json"])
+        assert callable(args.run), name
+        assert args.json == Path("out.json")
+
+
+def test_provenance_names_the_commit_machine_options_and_settings() -> None:
+    args = argparse.Namespace(
+        calls=2, voice="piper", record_dir=Path("/tmp/x"), json=Path("o.json"), run=print
+    )
+    made = provenance("call", ["--calls", "2"], options(args))
+
+    assert made["benchmark"] == "call"
+    assert made["command"] == "python -m benchmarks call --calls 2"
+    assert made["commit"] == "unknown" or re.fullmatch(r"[0-9a-f]{40}", str(made["commit"]))
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", str(made["date"]))
+    assert {"cpu", "arch", "cores", "os", "python"} <= set(made["machine"])
+    assert made["options"] == {"calls": 2, "voice": "piper", "record_dir": "/tmp/x"}
+    assert isinstance(made["settings"], dict)
+    json.dumps(made)
+
+
+def test_provenance_keeps_tokens_out() -> None:
+    args = argparse.Namespace(auth_token="s3cret-token", url="http://x")
+    made = provenance("turns", ["--auth-token", "s3cret-token", "--auth-token=s3cret-token"])
+    made["options"] = options(args)
+    assert "s3cret-token" not in json.dumps(made)
+
+
+def test_settings_are_those_that_differ_from_their_defaults_secrets_masked() -> None:
+    environ = {"STT_MODEL": "base", "TWILIO_AUTH_TOKEN": "s3cret-token", "UNRELATED": "x"}
+    assert app_settings({}) == {}
+    assert app_settings(environ) == {"STT_MODEL": "base", "TWILIO_AUTH_TOKEN": "***"}
+    assert "error" in app_settings({"CHUNK_MS": "5"})
+
+
+def test_offhook_has_no_bench_command(capsys: pytest.CaptureFixture[str]) -> None:
+    from cli.main import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "call"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'bench'" in capsys.readouterr().err
