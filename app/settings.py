@@ -1,6 +1,6 @@
 """The one settings object, read from environment variables.
 
-Every variable is documented in the README's "Settings" table; `Settings.describe()`
+Every variable is documented in docs/configuration.md (generated from this file); `Settings.describe()`
 prints them with their current values (secrets masked) for `offhook settings`.
 """
 
@@ -225,7 +225,7 @@ class Settings:
         "DENOISE",
         False,
         "RNNoise noise suppression on what Whisper hears. Off: under background voices it "
-        "takes words with the noise (WER 10 % -> 31 % at 15 dB babble, `offhook bench stt`).",
+        "takes words with the noise (WER 10 % -> 31 % at 15 dB babble, `python -m benchmarks stt`).",
     )
     echo_cancellation: bool = _env_field(
         "ECHO_CANCELLATION",
@@ -277,7 +277,7 @@ class Settings:
     stt_model: str = _env_field(
         "STT_MODEL",
         "tiny.en",
-        "Whisper model: 'tiny.en' (bundled, fastest; WER 16 % over `offhook bench stt`'s "
+        "Whisper model: 'tiny.en' (bundled, fastest; WER 16 % over `python -m benchmarks stt`'s "
         "line conditions), 'base' (bundled; 9 %, ~100 ms slower per turn: the choice for "
         "noisy callers) or a path to a CTranslate2 model folder.",
     )

@@ -6,8 +6,8 @@ it transcribes its own words as the caller's turn, or stops itself mid-sentence.
 
 The canceller is WebRTC's AEC3, as bundled in the `livekit` wheel
 (`livekit.rtc.AudioProcessingModule`, a prebuilt build of WebRTC's audio processing
-module). Chosen over the alternatives on the registries (measured in
-benchmarks/README and the project README): `pywebrtc-audio` wraps the same AEC3 but
+module). Chosen over the alternatives on the registries (measured with
+`python -m benchmarks frontend`; docs/architecture.md): `pywebrtc-audio` wraps the same AEC3 but
 takes only 16 kHz and up (phone audio would be resampled twice more per frame);
 `speexdsp-aec` is a proprietary-licensed ctypes shim over a system library; Speex's
 MDF filter needs a filter as long as the echo delay (3200 taps for 400 ms at 8 kHz) and

@@ -32,7 +32,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 # native build (-march=native): it runs only on CPUs like the build machine's, and pip caches
 # the wheel under the package version alone, so a cache or image shared with another CPU
 # hands out a binary that dies with SIGILL on its first completion. We build a portable one
-# instead (see docs in README, "The embedded LLM's build"): x86-64 with AVX2/FMA/F16C/BMI2
+# instead (see docs/operations.md, "The embedded LLM"): x86-64 with AVX2/FMA/F16C/BMI2
 # (every x86 server CPU since 2013), baseline armv8-a with NEON on arm64. LLAMA_CMAKE_ARGS
 # overrides the flags for users who build for one known CPU.
 LLAMA_VERSION="$(sed -n 's/.*"llama-cpp-python\[server\]==\([0-9.]*\)".*/\1/p' pyproject.toml)"

@@ -40,7 +40,7 @@ LOG_TAIL_LINES = 40
 
 REBUILD_HINT = (
     "rebuild it for this machine: rm -rf .venv && ./scripts/bootstrap.sh "
-    "(a portable build; see the README's 'The embedded LLM')"
+    "(a portable build; see docs/operations.md, 'The embedded LLM')"
 )
 
 

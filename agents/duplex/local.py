@@ -2,9 +2,10 @@
 
 Each worker is a real `offhook worker` process on its own port, ending with its parent
 (PR_SET_PDEATHSIG), so a crashed gateway leaves no orphans holding models. Without an
-LLM endpoint configured, the workers share the gateway's embedded llama.cpp server
-rather than each starting one: on a small box N copies of the LLM would fight for the
-same cores that the caller's audio path needs.
+LLM endpoint configured, the workers write on the gateway's embedded llama.cpp servers
+(one per worker, up to LLM_EMBEDDED_SERVERS, then shared round robin) rather than each
+starting its own: on a small box N more copies of the LLM would fight for the cores
+the caller's audio path needs.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ def load_minicpmo(model_id: str = DEFAULT_MODEL) -> LoadedModel:
     except (OSError, ValueError) as exc:  # not in the cache / not on the Hub / bad folder
         raise BackendUnavailable(
             f"MiniCPM-o weights {model_id!r} could not be loaded ({exc}); pre-seed the "
-            "Hugging Face cache (README: duplex worker pool) or pass --model FOLDER"
+            "Hugging Face cache (docs/duplex-workers.md) or pass --model FOLDER"
         ) from exc
     except ImportError as exc:  # the remote code's own imports
         raise BackendUnavailable(
