@@ -1,7 +1,7 @@
 """The one settings object, read from environment variables.
 
-Every variable is documented in docs/configuration.md (generated from this file); `Settings.describe()`
-prints them with their current values (secrets masked) for `offhook settings`.
+Every variable is documented in docs/configuration.md, generated from this file;
+`Settings.describe()` prints them with their current values (secrets masked) for `offhook settings`.
 """
 
 from __future__ import annotations
@@ -225,7 +225,8 @@ class Settings:
         "DENOISE",
         False,
         "RNNoise noise suppression on what Whisper hears. Off: under background voices it "
-        "takes words with the noise (WER 10 % -> 31 % at 15 dB babble, `python -m benchmarks stt`).",
+        "takes words with the noise (WER 10 % -> 31 % at 15 dB babble, "
+        "`python -m benchmarks stt`).",
     )
     echo_cancellation: bool = _env_field(
         "ECHO_CANCELLATION",
