@@ -191,7 +191,7 @@ def _ear_utterances(bot: np.ndarray) -> list[tuple[float, float]]:
 def _answer(
     utterances: Sequence[tuple[float, float]], start_ms: float, next_start_ms: float
 ) -> list[tuple[float, float]]:
-    """The bot utterances that answer a caller turn (simulate._turn_results' window)."""
+    """The bot utterances that answer a caller turn (ops.simulate_report.turn_results' window)."""
     return [(a, b) for a, b in utterances if start_ms < a < next_start_ms]
 
 

@@ -13,7 +13,7 @@ from ops.simulate import (
     CallerScript,
     CallerTurn,
     PreparedTurn,
-    _turn_results,
+    turn_results,
 )
 
 # --- the simulator: turns held back by Twilio's buffer --------------------------------------
@@ -87,8 +87,8 @@ def test_turn_results_carry_what_twilio_still_held_at_each_turn() -> None:
     for tick in range(10):
         script.advance(tick * FRAME, BotEar())
 
-    [with_queue] = _turn_results(script, [], {0: 12000})
-    [without] = _turn_results(script, [])
+    [with_queue] = turn_results(script, [], {0: 12000})
+    [without] = turn_results(script, [])
 
     assert with_queue.bot_queued_ms == 1500.0
     assert without.bot_queued_ms is None
@@ -128,7 +128,7 @@ def test_a_mhm_for_a_reply_that_ended_first_is_left_unsaid_and_the_caller_goes_o
     assert dropped == (50 + 100) * FRAME
     assert asked == dropped
 
-    [left, said] = _turn_results(script, [(0.0, 1000.0)])
+    [left, said] = turn_results(script, [(0.0, 1000.0)])
     assert left.said is False and left.bot_reply_start_ms is None
     assert said.said is True
 
