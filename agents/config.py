@@ -40,6 +40,9 @@ class ModelSettings(Protocol):
     def stt_language(self) -> str: ...
 
     @property
+    def turn_judge(self) -> str: ...
+
+    @property
     def tts_voice(self) -> str: ...
 
     @property

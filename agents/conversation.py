@@ -79,6 +79,13 @@ class Conversation:
                 return turn
         return None
 
+    def last_bot_line(self) -> str:
+        """What the caller last heard the bot say (the context their words answer)."""
+        for turn in reversed(self.turns):
+            if turn.speaker is Speaker.BOT and turn.text:
+                return turn.text
+        return ""
+
     def heard(self, turn_id: int, text: str) -> None:
         """The caller interrupted: the bot's turn becomes what was actually played."""
         turn = self.bot_turn(turn_id)

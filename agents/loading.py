@@ -23,6 +23,7 @@ from agents.cascade.llm_health import EmbeddedLlmSupervisor, HostedLlmWatch, Llm
 from agents.cascade.llm_server import EmbeddedLlamaServer, free_local_port
 from agents.cascade.stt import WhisperTranscriber
 from agents.cascade.tts import PiperSpeaker
+from agents.cascade.words_judge import LlamaWordsJudge
 from agents.config import ModelSettings, shown_url
 from media.turn import EndOfTurnModel
 
@@ -49,6 +50,11 @@ async def load_models(
     turn_model = await asyncio.to_thread(cache.path, "smart-turn-v3.2")
 
     llm, health = await load_language_model(settings, stack, llm_servers or settings.llm_servers)
+    words_judge = None
+    if settings.turn_judge == "words":
+        gguf = await asyncio.to_thread(cache.path, "smollm2-135m-instruct")
+        words_judge = await asyncio.to_thread(LlamaWordsJudge, gguf, threads=threads)
+        stack.callback(words_judge.close)
     stt, tts, eot = await asyncio.gather(
         asyncio.to_thread(
             WhisperTranscriber, stt_dir, threads=threads, language=settings.stt_language
@@ -70,6 +76,7 @@ async def load_models(
         end_of_turn=end_of_turn,
         drafts=DraftBoard(servers),
         llm_health=health,
+        words_judge=words_judge,
     )
     for line in (settings.greeting, settings.apology, settings.reprompt, settings.farewell):
         if line:
@@ -233,3 +240,5 @@ async def _warm_up(models: CascadeModels, settings: ModelSettings) -> None:
     silence = np.zeros(16000, dtype=np.float32)
     await asyncio.to_thread(models.stt.transcribe, silence)
     await asyncio.to_thread(models.end_of_turn.predict, silence)
+    if models.words_judge is not None:
+        await asyncio.to_thread(models.words_judge.complete, settings.greeting, "Hello")

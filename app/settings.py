@@ -283,6 +283,14 @@ class Settings:
         "noisy callers) or a path to a CTranslate2 model folder.",
     )
     stt_language: str = _env_field("STT_LANGUAGE", "en", "Language spoken by callers.")
+    turn_judge: str = _env_field(
+        "TURN_JUDGE",
+        "words",
+        "Who decides the caller has finished: 'words' (the embedded SmolLM2 reads the words "
+        "so far after the bot's last line and sets the pause, 0.2-1.8 s; ~70 ms per check "
+        "on 2 cores; the END_OF_TURN_* settings then apply only to turns it could not "
+        "score) or 'rules' (Smart Turn, Whisper's punctuation and closed word classes).",
+    )
     model_threads: int = _env_field(
         "MODEL_THREADS", 2, "Threads each CPU model (STT, TTS, LLM) may use."
     )
@@ -461,6 +469,8 @@ class Settings:
             raise SettingsError("END_OF_TURN_MAX_SILENCE_MS must be >= END_OF_TURN_MIN_SILENCE_MS")
         if not 200 <= self.unit_ms <= 2000:
             raise SettingsError(f"UNIT_MS must be within 200..2000, got {self.unit_ms}")
+        if self.turn_judge not in ("words", "rules"):
+            raise SettingsError(f"TURN_JUDGE must be 'words' or 'rules', got {self.turn_judge!r}")
         if self.history_turns < 1:
             raise SettingsError(f"HISTORY_TURNS must be >= 1, got {self.history_turns}")
         if self.worker_session_timeout_s <= 0:

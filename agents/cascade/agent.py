@@ -26,6 +26,7 @@ from agents.cascade.reply_writer import ReplyWriter, TurnTiming
 from agents.cascade.stt import SpeechToText
 from agents.cascade.tts import TextToSpeech
 from agents.cascade.turn_evaluator import EndOfTurn, TurnEvaluator
+from agents.cascade.words_judge import WordsJudge
 from agents.control import CALL_TOOLS, CallControls, CallPolicy, EndReason, TransferReason
 from agents.conversation import Conversation, Turn
 from agents.errors import BackendError
@@ -48,6 +49,7 @@ from agents.turns.engine import (
     TurnState,
     TurnTaking,
 )
+from agents.turns.judge import judge_for
 from agents.turns.text import is_farewell, sounds_finished, wants_a_person
 from callevents import (
     BargeIn,
@@ -105,6 +107,8 @@ class CascadeModels:
     drafts: DraftBoard = field(default_factory=DraftBoard)
     # Whether the LLM can answer now (readiness); None: not watched (tests' own models).
     llm_health: LlmHealth | None = None
+    # Reads the caller's words for "finished?" (TURN_JUDGE=words); None: the rules judge.
+    words_judge: WordsJudge | None = None
 
 
 # What a caller is waiting for when the cascade takes a call over mid-conversation.
@@ -168,12 +172,18 @@ class CascadeAgent:
         self.farewell = farewell
         self._emit: EventSink = on_event or (lambda _event: None)
         self._tasks: asyncio.TaskGroup | None = None
-        self.engine = TurnEngine(turn_taking, emit=self._emit)
+        self.engine = TurnEngine(
+            turn_taking,
+            emit=self._emit,
+            judge=judge_for(turn_taking, words=models.words_judge is not None),
+        )
         self.evaluator = TurnEvaluator(
             end_of_turn=models.end_of_turn,
             stt=models.stt,
             run=self._model_run,
             utterance_start=lambda: self.engine.utterance_start,
+            words=models.words_judge,
+            bot_line=conversation.last_bot_line,
             rate=RATE,
         )
         self._response: asyncio.Task[None] | None = None

@@ -14,6 +14,7 @@ transcribes only what came after that pause (Whisper sees 30 s at most).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from agents.cascade.stt import SpeechToText, Transcript, assess
+from agents.cascade.words_judge import WordsJudge
 from agents.errors import BackendError
 from agents.turns.audio import CallerAudio
 from agents.turns.engine import Evaluate, Evaluation, Hearing
@@ -29,6 +31,7 @@ from agents.turns.engine import Evaluate, Evaluation, Hearing
 __all__ = ["PIECE_SAMPLES", "EndOfTurn", "ModelRun", "TurnEvaluator", "heard_as"]
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class EndOfTurn(Protocol):
@@ -86,11 +89,17 @@ class TurnEvaluator:
         stt: SpeechToText,
         run: ModelRun,
         utterance_start: Callable[[], int] = lambda: 0,
+        words: WordsJudge | None = None,
+        bot_line: Callable[[], str] = lambda: "",
         rate: int = 16000,
     ) -> None:
         """`utterance_start`: where the caller's current turn began (the engine's), so a
-        superseded evaluation's words are kept only while its turn goes on."""
+        superseded evaluation's words are kept only while its turn goes on. `words`:
+        the words judge, asked once Whisper has heard words, with `bot_line()` (what the
+        caller last heard the bot say) as their context."""
         self.end_of_turn = end_of_turn
+        self.words = words
+        self._bot_line = bot_line
         self._utterance_start = utterance_start
         self.stt = stt
         self._run = run
@@ -205,6 +214,14 @@ class TurnEvaluator:
             # The turn was heard already; what came after its pause adds words, or not.
             more = text if hearing is Hearing.HEARD else ""
             text, hearing = f"{before.text.strip()} {more}".strip(), Hearing.HEARD
+        words: float | None = None
+        if self.words is not None and hearing is Hearing.HEARD and text:
+            try:
+                words = await self._run("turn_words", self.words.complete, self._bot_line(), text)
+            except Exception as exc:
+                # An extra opinion, not the turn: without it the judge falls back on the
+                # rules, and the caller's words are still answered.
+                log.warning("the words judge failed (%s); judging this turn without it", exc)
         return Evaluation(
             end=ticket.end,
             probability=float(probability),
@@ -213,6 +230,7 @@ class TurnEvaluator:
             capped=ticket.capped,
             no_speech_prob=transcript.no_speech_prob,
             avg_logprob=transcript.avg_logprob,
+            words=words,
         )
 
 

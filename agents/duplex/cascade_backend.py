@@ -33,6 +33,7 @@ from agents.cascade.llm import ChatModel, Message
 from agents.cascade.stt import SpeechToText
 from agents.cascade.tts import TextToSpeech
 from agents.cascade.turn_evaluator import EndOfTurn, TurnEvaluator
+from agents.cascade.words_judge import WordsJudge
 from agents.conversation import keypad_text
 from agents.duplex.backend import UnitOutcome
 from agents.duplex.protocol import CALLER_RATE, Prepare
@@ -53,6 +54,7 @@ from agents.turns.engine import (
     TurnState,
     TurnTaking,
 )
+from agents.turns.judge import judge_for
 from agents.turns.settings import turn_taking
 from media.vad import VadEvent, VoiceActivity
 
@@ -198,8 +200,10 @@ class CascadeDuplexBackend:
         end_of_turn: EndOfTurn,
         vad_factory: Callable[[], StreamingVad],
         config: CascadeDuplexConfig | None = None,
+        words_judge: WordsJudge | None = None,
     ) -> None:
         self.stt = stt
+        self.words_judge = words_judge
         self.tts = tts
         self.llm = llm
         self.end_of_turn = end_of_turn
@@ -253,6 +257,7 @@ class CascadeDuplexBackend:
             end_of_turn=models.end_of_turn,
             vad_factory=vad_factory,
             config=config,
+            words_judge=models.words_judge,
         )
 
     async def aclose(self) -> None:
@@ -340,6 +345,14 @@ class CascadeDuplexBackend:
 
     # --- the controller ---------------------------------------------------------------
 
+    def _last_bot_line(self) -> str:
+        """What the caller last heard the bot say: the words judge's context."""
+        for message in reversed([*self._history, *self._turns]):
+            if message.get("role") == "assistant" and message.get("content"):
+                # A reply cut by a barge-in is stored with a dash: not the bot's words.
+                return str(message["content"]).removesuffix(" —")
+        return ""
+
     @property
     def messages(self) -> list[Message]:
         """What the LLM sees: system prompt, Prepare's history, then this call's turns."""
@@ -351,7 +364,10 @@ class CascadeDuplexBackend:
         if reply is not None:
             reply.cancel()
         self.config = self._base_config.with_overrides(request.config)
-        self.engine = TurnEngine(self.config.turn_taking)
+        self.engine = TurnEngine(
+            self.config.turn_taking,
+            judge=judge_for(self.config.turn_taking, words=self.words_judge is not None),
+        )
         self._activity = VoiceActivity(
             512, CALLER_RATE, start_threshold=self.config.vad_threshold, min_silence_ms=64
         )
@@ -361,7 +377,12 @@ class CascadeDuplexBackend:
         self._vad = self._vad_factory()
         # The same evaluator as the in-process cascade's, run inline: one call per worker.
         self._evaluator = TurnEvaluator(
-            end_of_turn=self.end_of_turn, stt=self.stt, run=_in_thread, rate=CALLER_RATE
+            end_of_turn=self.end_of_turn,
+            stt=self.stt,
+            run=_in_thread,
+            words=self.words_judge,
+            bot_line=self._last_bot_line,
+            rate=CALLER_RATE,
         )
         self._position = 0  # caller samples received
         self._speech_run_start = 0  # for the "mhm" backchannel the bot may say itself

@@ -2,17 +2,23 @@
 
 The engine knows the turn's shape (where speech stopped, how long the caller has talked,
 what they said before); the judge reads its words and its voice (the end-of-turn model's
-probability) and says whether the silence so far ends it. `TurnJudge` is the interface;
-`TextRulesJudge` is today's judge: Whisper's punctuation and the closed word classes of
-agents/turns/text.py set how long a pause ends the turn, and Smart Turn can shorten it.
+probability) and says whether the silence so far ends it. `TurnJudge` is the interface.
+
+- `FusedJudge` (TURN_JUDGE=words, the default): the words judge's probability that the
+  words so far are a whole turn (a language model's, agents/cascade/words_judge.py) and
+  Smart Turn's, fused by a logistic whose few weights are fitted on fresh corpus speech
+  (`python -m benchmarks judge`), set the pause. No word lists.
+- `TextRulesJudge` (TURN_JUDGE=rules): Whisper's punctuation and the closed word classes
+  of agents/turns/text.py set how long a pause ends the turn; Smart Turn can shorten it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from agents.turns.config import TurnTaking
+from agents.turns.config import FusedWeights, TurnTaking
 from agents.turns.protocol import Evaluation, Hearing
 from agents.turns.text import (
     addresses_the_listener,
@@ -27,7 +33,7 @@ from agents.turns.text import (
     sounds_finished,
 )
 
-__all__ = ["Said", "TextRulesJudge", "TurnJudge", "TurnSoFar"]
+__all__ = ["FusedJudge", "Said", "TextRulesJudge", "TurnJudge", "TurnSoFar", "judge_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,3 +158,68 @@ class TextRulesJudge:
         if result.hearing is not Hearing.HEARD or not text or looks_unfinished(text):
             return False
         return is_backchannel(text) or result.probability >= self.cfg.end_of_turn_threshold
+
+
+class FusedJudge:
+    """The words judge and Smart Turn fused: how sure the turn is over sets the pause.
+
+    No word lists: the words' completeness is the language model's, the voice's is Smart
+    Turn's, and the wait slides from `sure_wait_ms` (certainly over) to `unsure_wait_ms`
+    (certainly not) with the fused probability."""
+
+    def __init__(self, config: TurnTaking, weights: FusedWeights | None = None) -> None:
+        self.cfg = config
+        self.weights = weights or config.fused
+        # Words with no score (the words judge failed, or never ran) are judged as the
+        # rules judge would: an unknown score must not read as "surely finished".
+        self._without_words = TextRulesJudge(config)
+
+    @staticmethod
+    def features(words: float | None, smart_turn: float) -> list[float]:
+        return [1.0, _logit(0.5 if words is None else words), _logit(smart_turn)]
+
+    def probability(self, result: Evaluation) -> float:
+        w = self.weights
+        bias, words, voice = self.features(result.words, result.probability)
+        z = w.bias * bias + w.words * words + w.smart_turn * voice
+        return 1.0 / (1.0 + math.exp(-max(min(z, 40.0), -40.0)))
+
+    def ends_turn(self, turn: TurnSoFar, silence_ms: int) -> bool:
+        result = turn.result
+        heard = result.hearing is Hearing.HEARD and bool(result.text.strip())
+        if heard and result.words is None:
+            return self._without_words.ends_turn(turn, silence_ms)
+        if result.capped:
+            if turn.run_s >= self.cfg.hard_max_utterance_s:
+                return True
+            return heard and self.probability(result) >= 0.5
+        return silence_ms >= self.wait_ms(turn)
+
+    def wait_ms(self, turn: TurnSoFar) -> float:
+        """The silence after the turn so far that ends it (not capped)."""
+        result, w = turn.result, self.weights
+        if result.hearing is not Hearing.HEARD or not result.text.strip():
+            return w.unsure_wait_ms  # nothing to judge: no hurry
+        p = self.probability(result)
+        wait = w.sure_wait_ms + (w.unsure_wait_ms - w.sure_wait_ms) * (1.0 - p)
+        if p < 0.5:
+            # Words that may go on wait at least as long as this caller has been seen to
+            # pause mid-sentence; finished-sounding words are not slowed by it.
+            wait = max(wait, float(turn.patience_ms))
+        return wait
+
+    def answerable(self, result: Evaluation) -> bool:
+        heard = result.hearing is Hearing.HEARD and bool(result.text.strip())
+        if heard and result.words is None:
+            return self._without_words.answerable(result)
+        return heard and self.probability(result) >= 0.5
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-4), 1.0 - 1e-4)
+    return math.log(p / (1.0 - p))
+
+
+def judge_for(config: TurnTaking, *, words: bool) -> TurnJudge:
+    """The judge a call's engine uses: fused when the words judge runs, else the rules."""
+    return FusedJudge(config) if words else TextRulesJudge(config)

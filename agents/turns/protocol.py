@@ -79,6 +79,9 @@ class Evaluation:
     # Whisper's own evidence behind `hearing`, for the record (agents/cascade/stt.py).
     no_speech_prob: float = 0.0
     avg_logprob: float = 0.0
+    # The words judge's P(complete) for the text, in the context of the bot's last line
+    # (agents/cascade/words_judge.py); None when no words judge runs.
+    words: float | None = None
 
 
 # --- decisions ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from agents.turns.config import FusedWeights
 from agents.turns.engine import (
     Answer,
     Clear,
@@ -26,6 +27,7 @@ from agents.turns.engine import (
     TurnState,
     TurnTaking,
 )
+from agents.turns.judge import FusedJudge
 from callevents import Backchannel, EchoIgnored, NotSpeech, PatienceRaised, TurnCapped
 from tests.agents.turn_script import (
     BOT_DB,
@@ -975,3 +977,39 @@ def test_states_only_move_along_their_transitions() -> None:
     assert engine.state is TurnState.LISTENING
     with pytest.raises(IllegalTransition):
         engine._to(TurnState.HELD)
+
+
+# --- the fused judge drives the same engine ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("words", "answered_within_ms"),
+    [(0.9, (150, 500)), (0.001, (1500, 2200))],
+    ids=["finished words: answered at once", "dangling words: the pause is waited out"],
+)
+def test_the_fused_judges_wait_decides_when_a_pause_is_answered(
+    words: float, answered_within_ms: tuple[int, int]
+) -> None:
+    config = TurnTaking()
+    judge = FusedJudge(config, FusedWeights(0.0, 1.0, 0.0, 200, 2000))
+    out = run([Say(1500), Quiet(3000)], [Hears(10_000, "some words", 0.5, words=words)],
+              config=config, judge=judge)  # fmt: skip
+    [answered] = out.at(Answer)
+    low, high = answered_within_ms
+    assert low <= answered - 1500 <= high
+
+
+def test_under_the_fused_judge_a_caller_who_goes_on_is_not_answered() -> None:
+    config = TurnTaking()
+    judge = FusedJudge(config, FusedWeights(0.0, 1.0, 0.0, 200, 2000))
+    out = run(
+        [Say(1200), Quiet(1200), Say(1000), Quiet(3000)],
+        [
+            Hears(1300, "I was going to", 0.5, words=0.001),
+            Hears(10_000, "I was going to ask", 0.5, words=0.9),
+        ],
+        config=config,
+        judge=judge,
+    )
+    [answered] = out.at(Answer)
+    assert answered > 3400  # after the second part, not in the pause

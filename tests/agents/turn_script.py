@@ -31,6 +31,7 @@ from agents.turns.engine import (
     TurnEngine,
     TurnTaking,
 )
+from agents.turns.judge import TurnJudge
 from callevents import CallEvent
 from media.vad import SpeechStarted, SpeechStopped, VadEvent
 
@@ -68,6 +69,7 @@ class Hears:
     text: str
     probability: float = 0.1
     hearing: Hearing = Hearing.HEARD
+    words: float | None = None  # the words judge's score (None: no words judge)
 
 
 @dataclass
@@ -116,10 +118,13 @@ def run(
     echo_settled: bool = True,
     floor_db: float = FLOOR_DB,
     tail_ms: int = 4000,
+    judge: TurnJudge | None = None,
 ) -> Outcome:
     engine_events: list[tuple[int, CallEvent]] = []
     now = [0]
-    engine = TurnEngine(config or TurnTaking(), emit=lambda e: engine_events.append((now[0], e)))
+    engine = TurnEngine(
+        config or TurnTaking(), emit=lambda e: engine_events.append((now[0], e)), judge=judge
+    )
     bot = bot or Bot()
     audible_ms: list[int] = []
     out = Outcome(events=engine_events, bot_audible_ms=audible_ms)
@@ -198,6 +203,7 @@ def run(
                 text=rule.text,
                 hearing=rule.hearing,
                 capped=ticket.capped,
+                words=rule.words,
             )
             apply(ms, engine.evaluated(result))
     return out

@@ -1,0 +1,200 @@
+"""The turn judges: how long a silence ends the caller's turn, from words, voice and context.
+
+The fused judge's wait slides from `sure_wait_ms` to `unsure_wait_ms` with the fused
+probability; these tests pin that shape on chosen weights, not on any sentence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+import pytest
+
+from agents.cascade.stt import Transcript
+from agents.cascade.turn_evaluator import TurnEvaluator
+from agents.cascade.words_judge import judged_words, turn_prompt
+from agents.turns.config import FusedWeights, TurnTaking
+from agents.turns.judge import FusedJudge, Said, TextRulesJudge, TurnSoFar, judge_for
+from agents.turns.protocol import Evaluate, Evaluation, Hearing
+
+T = TypeVar("T")
+WEIGHTS = FusedWeights(bias=0.0, words=1.0, smart_turn=1.0, sure_wait_ms=200, unsure_wait_ms=1800)
+
+
+def turn(words: float | None, smart_turn: float, *, text: str = "some words", capped: bool = False,
+         hearing: Hearing = Hearing.HEARD, run_s: float = 2.0,
+         patience_ms: int = 0) -> TurnSoFar:  # fmt: skip
+    result = Evaluation(
+        end=32000, probability=smart_turn, text=text, hearing=hearing, capped=capped, words=words
+    )
+    said = Said(end=32000, sentences=1, length_s=run_s, announced=False)
+    return TurnSoFar(result=result, said=said, run_s=run_s, cut_in=False, patience_ms=patience_ms)
+
+
+def wait_ms(judge: FusedJudge | TextRulesJudge, so_far: TurnSoFar) -> int:
+    return next(ms for ms in range(0, 5000, 10) if judge.ends_turn(so_far, ms))
+
+
+@pytest.mark.parametrize(
+    ("words", "smart_turn", "low", "high"),
+    [
+        (0.99, 0.99, 200, 220),  # sure on both counts: the shortest wait
+        (0.01, 0.01, 1780, 1800),  # sure it goes on: the longest
+        (0.5, 0.5, 990, 1010),  # no idea: half way
+    ],
+)
+def test_the_wait_slides_with_the_fused_probability(
+    words: float | None, smart_turn: float, low: int, high: int
+) -> None:
+    assert low <= wait_ms(FusedJudge(TurnTaking(), WEIGHTS), turn(words, smart_turn)) <= high
+
+
+def test_more_complete_words_never_wait_longer() -> None:
+    judge = FusedJudge(TurnTaking(), WEIGHTS)
+    waits = [wait_ms(judge, turn(p, 0.3)) for p in np.linspace(0.01, 0.99, 15)]
+    assert waits == sorted(waits, reverse=True)
+    assert waits[0] > waits[-1]
+
+
+def test_without_heard_words_there_is_no_hurry() -> None:
+    judge = FusedJudge(TurnTaking(), WEIGHTS)
+    for hearing in (Hearing.UNCLEAR, Hearing.NOTHING):
+        assert wait_ms(judge, turn(0.99, 0.99, hearing=hearing)) == WEIGHTS.unsure_wait_ms
+    assert wait_ms(judge, turn(0.99, 0.99, text="  ")) == WEIGHTS.unsure_wait_ms
+
+
+def test_a_capped_turn_ends_when_judged_complete_or_at_the_hard_limit() -> None:
+    judge = FusedJudge(TurnTaking(hard_max_utterance_s=60.0), WEIGHTS)
+    assert judge.ends_turn(turn(0.9, 0.9, capped=True), 0)
+    assert not judge.ends_turn(turn(0.05, 0.05, capped=True), 0)
+    assert not judge.ends_turn(turn(0.9, 0.9, capped=True, hearing=Hearing.UNCLEAR), 0)
+    assert judge.ends_turn(turn(0.05, 0.05, capped=True, run_s=61.0), 0)
+
+
+@pytest.mark.parametrize("smart_turn", [0.05, 0.5, 0.95])
+def test_heard_words_without_a_score_are_judged_as_the_rules_would(smart_turn: float) -> None:
+    """A failed words judge must not read as "surely finished" (the shipped bias is high)."""
+    config = TurnTaking()
+    for text in ("I was going to", "What time do you open?", "Thanks."):
+        unscored = turn(None, smart_turn, text=text)
+        assert wait_ms(FusedJudge(config), unscored) == wait_ms(TextRulesJudge(config), unscored)
+        result = unscored.result
+        assert FusedJudge(config).answerable(result) == TextRulesJudge(config).answerable(result)
+
+
+def test_a_callers_learnt_patience_holds_back_only_words_that_may_go_on() -> None:
+    judge = FusedJudge(TurnTaking(), WEIGHTS)
+    assert wait_ms(judge, turn(0.2, 0.2, patience_ms=1790)) == 1790
+    assert wait_ms(judge, turn(0.99, 0.99, patience_ms=1700)) < 300
+
+
+def test_words_over_the_bots_end_are_answerable_when_judged_complete() -> None:
+    judge = FusedJudge(TurnTaking(), WEIGHTS)
+    assert judge.answerable(turn(0.9, 0.9).result)
+    assert not judge.answerable(turn(0.05, 0.05).result)
+    assert not judge.answerable(turn(0.9, 0.9, hearing=Hearing.UNCLEAR).result)
+
+
+def test_the_shipped_weights_answer_finished_words_fast_and_wait_on_dangling_ones() -> None:
+    judge = FusedJudge(TurnTaking())
+    assert wait_ms(judge, turn(0.6, 0.5)) <= 400
+    assert wait_ms(judge, turn(0.0005, 0.5)) >= 1500
+    assert wait_ms(judge, turn(0.6, 0.5, hearing=Hearing.UNCLEAR)) >= 1500
+
+
+def test_a_call_gets_the_fused_judge_only_with_a_words_judge() -> None:
+    assert isinstance(judge_for(TurnTaking(), words=True), FusedJudge)
+    assert isinstance(judge_for(TurnTaking(), words=False), TextRulesJudge)
+
+
+@pytest.mark.parametrize(
+    ("heard", "judged"),
+    [
+        ("I'd like a table for two.", "I'd like a table for two"),
+        ("Is it open?", "Is it open"),
+        ("Well, I was going to...", "Well, I was going to"),
+        ("  Yes!  ", "Yes"),
+        ("Um, the -", "Um, the"),
+        ("...", ""),
+    ],
+)
+def test_the_words_judge_reads_the_words_without_whispers_ending(heard: str, judged: str) -> None:
+    assert judged_words(heard) == judged
+
+
+def test_the_prompt_is_chatml_left_open_after_the_callers_words() -> None:
+    prompt = turn_prompt("How can I help?", "I need a taxi")
+    assert prompt.endswith("<|im_start|>user\nI need a taxi")
+    assert "<|im_start|>assistant\nHow can I help?<|im_end|>" in prompt
+    assert turn_prompt("", "hello") == "<|im_start|>user\nhello"
+
+
+# --- the evaluator asks the words judge -----------------------------------------------------
+
+
+class _Words:
+    def __init__(self, score: float = 0.7, fail: bool = False) -> None:
+        self.asked: list[tuple[str, str]] = []
+        self.score, self.fail = score, fail
+
+    def complete(self, bot_line: str, words: str) -> float:
+        if self.fail:
+            raise RuntimeError("model gone")
+        self.asked.append((bot_line, words))
+        return self.score
+
+
+class _Stt:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def transcribe(self, audio_16k: np.ndarray) -> Transcript:
+        return Transcript(text=self.text, no_speech_prob=0.01, avg_logprob=-0.2)
+
+
+class _SmartTurn:
+    def predict(self, audio_16k: np.ndarray) -> float:
+        return 0.4
+
+
+async def _inline(stage: str, fn: Callable[..., T], /, *args: Any) -> T:
+    return fn(*args)
+
+
+def _evaluator(text: str, words: _Words) -> TurnEvaluator:
+    evaluator = TurnEvaluator(
+        end_of_turn=_SmartTurn(),
+        stt=_Stt(text),
+        run=_inline,
+        words=words,
+        bot_line=lambda: "What can I do for you?",
+    )
+    evaluator.audio.add(0, np.full(16000, 0.1, np.float32))
+    return evaluator
+
+
+async def test_the_evaluation_carries_the_words_judges_score_in_the_bots_context() -> None:
+    words = _Words(0.7)
+    result = await _evaluator("I need a taxi.", words).evaluate_now(
+        Evaluate(0, 16000, speech_ms=900)
+    )
+    assert isinstance(result, Evaluation)
+    assert result.words == 0.7 and result.probability == 0.4
+    assert words.asked == [("What can I do for you?", "I need a taxi.")]
+
+
+async def test_without_words_the_words_judge_is_not_asked() -> None:
+    words = _Words()
+    result = await _evaluator("", words).evaluate_now(Evaluate(0, 16000, speech_ms=900))
+    assert isinstance(result, Evaluation) and result.words is None
+    assert words.asked == []
+
+
+async def test_a_failing_words_judge_costs_the_turn_only_its_score() -> None:
+    result = await _evaluator("I need a taxi.", _Words(fail=True)).evaluate_now(
+        Evaluate(0, 16000, speech_ms=900)
+    )
+    assert isinstance(result, Evaluation)
+    assert result.text == "I need a taxi." and result.words is None
