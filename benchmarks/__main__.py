@@ -37,11 +37,16 @@ them. From a source checkout, with the dev dependencies: benchmarks are not inst
                                       for `stt.assess` (benchmarks/stt_evidence.py)
     python -m benchmarks llama-build  tokens per second of llama.cpp builds, portable vs
                                       native (benchmarks/llama_build.py)
+    python -m benchmarks judge        turn judges on caller lines nobody here wrote
+                                      (chatterbot-corpus, fresh each run): pauses cut
+                                      off, waits at turn ends, tuning and held-out
+                                      halves (benchmarks/judge.py)
 
 Each prints a table; `--json PATH` also writes the figures, under a "provenance" block
 with the commit, date, machine, options and non-default settings of the run
-(benchmarks/provenance.py). `stt-evidence` and `llama-build` take their own arguments
-(`python -m benchmarks llama-build --help`).
+(benchmarks/provenance.py). `stt-evidence`, `llama-build` and `judge` take their own
+arguments (`python -m benchmarks judge --help`). `turns --corpus N` replaces the
+scripts with N calls made fresh from chatterbot-corpus, in a tuning and a held-out half.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from pathlib import Path
 OWN_ARGUMENTS = {
     "stt-evidence": ("benchmarks.stt_evidence", "Whisper's evidence on phone speech and noise"),
     "llama-build": ("benchmarks.llama_build", "llama.cpp builds: tokens per second"),
+    "judge": ("benchmarks.judge", "turn judges on fresh corpus speech: cut-offs and waits"),
 }
 
 

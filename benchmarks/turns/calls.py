@@ -9,12 +9,14 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
 from benchmarks.measure import BENCH_TOKEN, machine
+from benchmarks.turns.corpus import corpus_scripts, halves
 from benchmarks.turns.report import print_table, table_rows
 from benchmarks.turns.scoring import Span, Tally, TurnScore, score_call, score_unplaced
 from benchmarks.turns.script import LINES, SCRIPTS, PreparedScript, Script, Voices, prepare
@@ -189,8 +191,19 @@ def _lines(spec: str) -> list[str]:
 def bench_turns(args: argparse.Namespace) -> dict[str, object]:
     if args.calls < 1:
         raise SystemExit("python -m benchmarks turns: --calls must be >= 1")
-    scripts = _select(args.only)
     line_names = _lines(args.lines)
+    half_of: dict[str, str] = {}
+    if args.corpus:
+        # Fresh material every run unless a seed is given: nothing can be fitted to it.
+        if args.seed is None:
+            args.seed = int(time.time()) % 1_000_000
+        scripts = corpus_scripts(args.seed, args.corpus)
+        half_of = halves(args.seed, scripts)
+        print(f"corpus calls: seed {args.seed}", flush=True)
+    else:
+        scripts = _select(args.only)
+        if args.seed is None:
+            args.seed = 1
     voices = Voices()
     prepared = [prepare(script, args.seed, voices) for script in scripts]
     plan: Plan = []
@@ -229,6 +242,16 @@ def bench_turns(args: argparse.Namespace) -> dict[str, object]:
     )
     verdicts += [r.verdict for r in total_rows]
     tables.append({"line": "totals", "rows": [asdict(r) for r in total_rows]})
+    for half in ("tuning", "held-out") if half_of else ():
+        tally = Tally()
+        for outcome in outcomes:
+            if half_of.get(outcome.script) == half:
+                tally.add(outcome.tally)
+        mine = [o.tally for o in outcomes if o.line == "clean" and half_of.get(o.script) == half]
+        tally.latencies_ms = [v for t in mine for v in t.latencies_ms]
+        rows = table_rows(tally, clean=bool(mine), concurrent=args.calls)
+        print_table(f"{half} half of the corpus calls, every line", rows)
+        tables.append({"line": f"{half} half", "rows": [asdict(r) for r in rows]})
     return {
         "machine": machine(),
         "verdict": "FAIL" if "FAIL" in verdicts else "PASS",
@@ -237,6 +260,8 @@ def bench_turns(args: argparse.Namespace) -> dict[str, object]:
         **described,
         "lines": line_names,
         "scripts": [s.name for s in scripts],
+        "halves": half_of,
+        "voices": {s.name: s.voice.label for s in scripts},
         "tables": tables,
         "calls": [asdict(o) for o in outcomes],
     }
@@ -255,7 +280,21 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         default="clean,echo,babble",
         help=f"comma-separated line conditions, from: {', '.join(LINES)}",
     )
-    turns.add_argument("--seed", type=int, default=1, help="delays, natural pauses, noise")
+    turns.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="delays, natural pauses, noise; with --corpus the calls too (default: 1, or a "
+        "new seed with --corpus)",
+    )
+    turns.add_argument(
+        "--corpus",
+        type=int,
+        default=0,
+        metavar="CALLS",
+        help="instead of the scripts, CALLS calls made fresh from chatterbot-corpus, "
+        "reported as a tuning and a held-out half",
+    )
     turns.add_argument("--url", default="", help="dial a running server instead of starting one")
     turns.add_argument("--auth-token", default=os.environ.get("TWILIO_AUTH_TOKEN"))
     turns.add_argument(

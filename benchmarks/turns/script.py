@@ -4,6 +4,7 @@ audio: every turn synthesised before dialling, with the facts the server never s
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -35,10 +36,12 @@ EXPECTS_ANSWER: Final = frozenset(set(Kind) - {Kind.BACKCHANNEL})
 class Voice:
     engine: str = "piper"
     rate_wpm: int = 165
+    name: str = "en-us"  # an espeak-ng voice (with variant); for Piper, the bundled one
 
     @property
     def label(self) -> str:
-        return f"{self.engine} {self.rate_wpm} wpm"
+        named = f" {self.name}" if self.name != "en-us" else ""
+        return f"{self.engine}{named} {self.rate_wpm} wpm"
 
 
 PIPER = Voice("piper", 165)  # the caller's voice unless a script says otherwise
@@ -268,7 +271,7 @@ class Voices:
         key = (voice, text)
         if key not in self._said:
             if voice not in self._voices:
-                self._voices[voice] = CallerVoice(voice.engine, voice.rate_wpm)
+                self._voices[voice] = CallerVoice(voice.engine, voice.rate_wpm, voice.name)
             self._said[key] = self._voices[voice].speak(text)
         return self._said[key]
 
@@ -296,7 +299,8 @@ def compose(
 
 def prepare(script: Script, seed: int, voices: Voices) -> PreparedScript:
     """Every turn synthesised before dialling; the seed draws delays and natural pauses."""
-    rng = np.random.default_rng([seed, sum(map(ord, script.name))])
+    # crc32, not a sum of characters: "corpus-01" and "corpus-10" must draw apart.
+    rng = np.random.default_rng([seed, zlib.crc32(script.name.encode())])
     turns, facts = [], []
     for say in script.turns:
         voice = say.voice or script.voice

@@ -13,9 +13,10 @@ import pytest
 from benchmarks.__main__ import OWN_ARGUMENTS, parser
 from benchmarks.provenance import app_settings, options, provenance
 
-# What `offhook bench --help` offered, and the two scripts with their own arguments.
+# What `offhook bench --help` offered, the scripts with their own arguments, and the
+# turn judges on fresh corpus speech.
 NAMES = {"call", "frontend", "recorder", "units", "takeover", "pool", "hearing", "stt"}
-NAMES |= {"turns", "lanes", "soak", "abuse", "llm", "stt-evidence", "llama-build"}
+NAMES |= {"turns", "lanes", "soak", "abuse", "llm", "stt-evidence", "llama-build", "judge"}
 
 
 def _commands() -> set[str]:

@@ -1,0 +1,340 @@
+"""`python -m benchmarks judge` — has the caller finished? Turn judges on speech nobody here wrote.
+
+    python -m benchmarks judge [--items 240] [--seed N] [--json out.json]
+
+Material is made fresh for every run (benchmarks/judge_material.py): caller lines from
+chatterbot-corpus, each paused at a random word boundary, in random espeak-ng and Piper
+voices and rates, on clean and babble lines. At each pause and at each line's end, the
+models hear what a call would have heard by then: Whisper's words, Smart Turn's score,
+and the words judge's score (agents/cascade/words_judge.py) with the bot's line before.
+
+Each judge says how long a silence it waits before answering. Waiting less than a pause
+is a cut-off (the bot would answer the half sentence); at a line's end, the wait is the
+caller's dead air. The items are shuffled into a tuning half and a held-out half;
+anything fitted (the fused judge's weights and its two waits) is fitted on the tuning
+half only, and the held-out half is the one to quote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from agents.cascade.stt import WhisperTranscriber
+from agents.cascade.turn_evaluator import heard_as
+from agents.cascade.words_judge import LlamaWordsJudge
+from agents.turns.config import FusedWeights, TurnTaking
+from agents.turns.judge import FusedJudge, Said, TextRulesJudge, TurnSoFar
+from agents.turns.protocol import Evaluation, Hearing
+from agents.turns.text import announces_more, sentences
+from benchmarks.judge_material import Item, corpus_pairs, draw, pool_of, speak, to_16k
+from benchmarks.provenance import provenance
+from media.turn import EndOfTurnModel
+from ops.caller_voice import CallerVoice
+
+__all__ = ["Observation", "main"]
+
+RATE = 8000
+# The engine asks its models when the speech detector has seen the speech stop: the
+# audio they get runs ~100 ms past the last word (Silero's lag and its first quiet window).
+EVAL_TAIL_MS = 100
+MAX_WAIT_MS = 3000  # a judge that has not answered by then: counted as this
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the models made of a line up to a pause (`final` False) or its end."""
+
+    item: int
+    final: bool
+    pause_ms: float  # the pause that followed (0 at the end)
+    text: str
+    hearing: str
+    smart_turn: float
+    words: float
+    speech_s: float
+    words_ms: float  # the words judge's own time for this check
+
+
+def observe(
+    items: list[Item], seed: int, stt_model: Path, smart_turn: Path, gguf: Path
+) -> list[Observation]:
+    rng = np.random.default_rng(seed + 1)
+    stt = WhisperTranscriber(stt_model, threads=2)
+    turn = EndOfTurnModel(smart_turn, threads=1)
+    words_judge = LlamaWordsJudge(gguf, threads=2)
+    piper = CallerVoice("piper", 165)
+    found: list[Observation] = []
+    for index, item in enumerate(items):
+        spoken = speak(item, rng, piper)
+        pause_ms = (spoken.pause_end - spoken.pause_start) * 1000 / RATE
+        tail = int(EVAL_TAIL_MS * RATE / 1000)
+        ended = np.concatenate([spoken.audio, np.zeros(tail, np.int16)])
+        for final, upto in ((False, spoken.pause_start), (True, spoken.audio.size)):
+            audio = to_16k(ended[: upto + tail])
+            transcript = stt.transcribe(audio)
+            speech_s = upto / RATE
+            hearing = heard_as(transcript, int(speech_s * 1000))
+            started = time.perf_counter()
+            words = words_judge.complete(item.bot, transcript.text)
+            words_ms = (time.perf_counter() - started) * 1000
+            found.append(
+                Observation(
+                    item=index,
+                    final=final,
+                    pause_ms=0.0 if final else pause_ms,
+                    text=transcript.text.strip(),
+                    hearing=hearing.value,
+                    smart_turn=float(turn.predict(audio)),
+                    words=words,
+                    speech_s=speech_s,
+                    words_ms=words_ms,
+                )
+            )
+        if (index + 1) % 20 == 0 or index + 1 == len(items):
+            print(f"  {index + 1}/{len(items)} lines heard", file=sys.stderr, flush=True)
+    return found
+
+
+def _turn(obs: Observation) -> TurnSoFar:
+    text = obs.text
+    result = Evaluation(
+        end=int(obs.speech_s * 16000),
+        probability=obs.smart_turn,
+        text=text,
+        hearing=Hearing(obs.hearing),
+        words=obs.words,
+    )
+    said = Said(
+        end=result.end,
+        sentences=len(sentences(text)),
+        length_s=obs.speech_s,
+        announced=announces_more(text),
+    )
+    return TurnSoFar(result=result, said=said, run_s=obs.speech_s, cut_in=False, patience_ms=0)
+
+
+def wait_ms(judge: TextRulesJudge | FusedJudge, obs: Observation) -> int:
+    """The shortest silence after which `judge` answers (MAX_WAIT_MS: not by then)."""
+    turn = _turn(obs)
+    for silence in range(0, MAX_WAIT_MS, 10):
+        if judge.ends_turn(turn, silence):
+            return silence
+    return MAX_WAIT_MS
+
+
+@dataclass(frozen=True)
+class Score:
+    pauses: int
+    cut_offs: int
+    ends: int
+    wait_p50_ms: float
+    wait_p90_ms: float
+    wait_mean_ms: float
+    long_waits: int  # ends waited 1 s or more
+
+    @property
+    def cut_off_rate(self) -> float:
+        return self.cut_offs / self.pauses if self.pauses else 0.0
+
+
+def score(judge: TextRulesJudge | FusedJudge, observations: list[Observation]) -> Score:
+    pauses = [o for o in observations if not o.final]
+    ends = [o for o in observations if o.final]
+    cut = sum(wait_ms(judge, o) < o.pause_ms for o in pauses)
+    waits = np.array([wait_ms(judge, o) for o in ends], dtype=float)
+    return Score(
+        pauses=len(pauses),
+        cut_offs=int(cut),
+        ends=len(ends),
+        wait_p50_ms=float(np.percentile(waits, 50)) if waits.size else 0.0,
+        wait_p90_ms=float(np.percentile(waits, 90)) if waits.size else 0.0,
+        wait_mean_ms=float(waits.mean()) if waits.size else 0.0,
+        long_waits=int((waits >= 1000).sum()),
+    )
+
+
+def fit(observations: list[Observation], budget_ms: float) -> FusedWeights:
+    """The fused judge's parameters that cut off the fewest pauses while the mean wait
+    at a turn's end stays within `budget_ms` (ties: the shorter p90 wait). The mean,
+    not the median: the fused judge's waits have two peaks (sure and unsure), and a
+    median budget sits on the cliff between them.
+
+    A direct search: where the words score tips from "goes on" to "finished" (a
+    quantile of the material's scores), how sharply, how much Smart Turn adds (never
+    against an end: its scores of synthetic voices say little about callers), and the
+    waits at either side."""
+    heard = np.array(
+        [o.hearing == Hearing.HEARD.value and bool(o.text.strip()) for o in observations]
+    )
+    words = np.array([_logit(o.words) for o in observations])
+    voice = np.array([_logit(o.smart_turn) for o in observations])
+    final = np.array([o.final for o in observations])
+    pause = np.array([o.pause_ms for o in observations])
+    best: tuple[tuple[float, float], FusedWeights] | None = None
+    for tip in np.quantile(words[heard], np.linspace(0.05, 0.95, 19)):
+        for sharpness in (0.5, 1.0, 2.0, 4.0, 8.0):
+            for voice_weight in (0.0, 0.5, 1.0):
+                z = sharpness * (words - tip) + voice_weight * voice
+                p = 1 / (1 + np.exp(-np.clip(z, -40, 40)))
+                for sure_ms in range(200, 801, 100):
+                    for unsure_ms in range(1000, 2601, 200):
+                        wait = np.where(heard, sure_ms + (unsure_ms - sure_ms) * (1 - p), unsure_ms)
+                        if float(np.mean(wait[final])) > budget_ms:
+                            continue
+                        cut = float(np.mean(wait[~final] < pause[~final]))
+                        key = (cut, float(np.percentile(wait[final], 90)))
+                        if best is None or key < best[0]:
+                            weights = FusedWeights(
+                                bias=float(-sharpness * tip),
+                                words=sharpness,
+                                smart_turn=voice_weight,
+                                sure_wait_ms=sure_ms,
+                                unsure_wait_ms=unsure_ms,
+                            )
+                            best = (key, weights)
+    if best is None:
+        raise SystemExit(f"no judge answers within a mean of {budget_ms:.0f} ms")
+    return best[1]
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-4), 1 - 1e-4)
+    return float(np.log(p / (1 - p)))
+
+
+def describe(items: list[Item], observations: list[Observation]) -> dict[str, float]:
+    """What limits the judges on this material: how well Whisper heard the lines' ends
+    (word error rate, by voice engine) and how well each score tells an end from a
+    pause (ROC AUC: 1 perfect, 0.5 chance, below 0.5 backwards)."""
+    from benchmarks.hearing import wer
+
+    ends = [o for o in observations if o.final]
+    pauses = [o for o in observations if not o.final]
+
+    def pooled_wer(engine: str | None) -> float:
+        chosen = [o for o in ends if engine is None or items[o.item].engine == engine]
+        words = sum(len(items[o.item].caller.split()) for o in chosen)
+        errors = sum(
+            wer(items[o.item].caller, o.text) * len(items[o.item].caller.split()) for o in chosen
+        )
+        return round(errors / words, 3) if words else 0.0
+
+    def auc(score: str) -> float:
+        low = np.array([getattr(o, score) for o in pauses])
+        high = np.array([getattr(o, score) for o in ends])
+        if not low.size or not high.size:
+            return 0.5
+        wins = (low[:, None] < high[None, :]).mean() + 0.5 * (low[:, None] == high[None, :]).mean()
+        return round(float(wins), 3)
+
+    return {
+        "wer": pooled_wer(None),
+        "wer_espeak": pooled_wer("espeak"),
+        "wer_piper": pooled_wer("piper"),
+        "auc_words": auc("words"),
+        "auc_smart_turn": auc("smart_turn"),
+    }
+
+
+def _observe_fresh(items: list[Item], seed: int, stt: str) -> list[Observation]:
+    from agents.assets import STT_ASSETS, ModelCache
+    from app.settings import Settings
+
+    cache = ModelCache(Settings.from_env().model_cache_dir)
+    print(f"seed {seed}: {len(items)} caller lines, Whisper {stt}", file=sys.stderr)
+    return observe(
+        items,
+        seed,
+        cache.path(STT_ASSETS[stt]),
+        cache.path("smart-turn-v3.2"),
+        cache.path("smollm2-135m-instruct"),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks judge", description=__doc__)
+    parser.add_argument("--items", type=int, default=240, help="caller lines (default 240)")
+    parser.add_argument("--seed", type=int, default=None, help="repeat a run (default: new)")
+    parser.add_argument("--stt", default="tiny.en", help="Whisper model (tiny.en or base)")
+    parser.add_argument(
+        "--budget-ms",
+        type=float,
+        default=None,
+        help="the mean wait at a turn's end the refit may spend (default: the rules "
+        "judge's own mean on the tuning half, so the two answer as fast on average)",
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        help="score the material a run wrote with --json again (its seed, its halves)",
+    )
+    args = parser.parse_args(argv)
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        seed = int(saved["seed"])
+        # The material is the saved run's: so are its size and its Whisper.
+        args.items = len(saved["items"])
+        args.stt = saved.get("provenance", {}).get("options", {}).get("stt", args.stt)
+        rng = np.random.default_rng(seed)
+        items = draw(rng, len(saved["items"]), corpus_pairs())
+        observations = [Observation(**o) for o in saved["observations"]]
+    else:
+        seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
+        rng = np.random.default_rng(seed)
+        items = draw(rng, args.items, corpus_pairs())
+        observations = _observe_fresh(items, seed, args.stt)
+    tuning = [o for o in observations if pool_of(items[o.item].caller) == "tuning"]
+    held_out = [o for o in observations if pool_of(items[o.item].caller) == "held-out"]
+    config = TurnTaking()
+    if args.budget_ms is None:
+        args.budget_ms = score(TextRulesJudge(config), tuning).wait_mean_ms
+    weights = fit(tuning, args.budget_ms)
+    judges: dict[str, TextRulesJudge | FusedJudge] = {
+        "text rules": TextRulesJudge(config),
+        # The product's weights: fitted on the tuning pool of an earlier run.
+        "fused, shipped weights": FusedJudge(config),
+        "fused, refitted": FusedJudge(config, weights),
+    }
+    rows = {}
+    for name, judge in judges.items():
+        for half, obs in (("tuning", tuning), ("held-out", held_out)):
+            rows[f"{name} / {half}"] = asdict(score(judge, obs))
+    checks = np.array([o.words_ms for o in observations])
+    heading = f"{'judge / half':34} {'cut-offs':>9} {'end wait p50/p90/mean':>22} {'>=1 s':>6}"
+    print(f"\n{heading}")
+    for name, row in rows.items():
+        cut = f"{row['cut_offs']}/{row['pauses']}"
+        p50, p90, mean = row["wait_p50_ms"], row["wait_p90_ms"], row["wait_mean_ms"]
+        waits = f"{p50:.0f}/{p90:.0f}/{mean:.0f} ms"
+        print(f"{name:34} {cut:>9} {waits:>22} {row['long_waits']:>6}")
+    material = describe(items, observations)
+    print(
+        f"\nfused weights (tuning half, mean wait <= {args.budget_ms:.0f} ms): {weights}\n"
+        "words judge per check: "
+        f"p50 {np.percentile(checks, 50):.0f} ms, p90 {np.percentile(checks, 90):.0f} ms\n"
+        f"material: {material}"
+    )
+    if args.json:
+        result = {
+            "provenance": provenance("judge", argv or sys.argv[1:], vars(args) | {"seed": seed}),
+            "seed": seed,
+            "rows": rows,
+            "weights": asdict(weights),
+            "material": material,
+            "words_check_ms": {
+                "p50": float(np.percentile(checks, 50)),
+                "p90": float(np.percentile(checks, 90)),
+            },
+            "items": [asdict(i) for i in items],
+            "observations": [asdict(o) for o in observations],
+        }
+        args.json.write_text(json.dumps(result, indent=1, default=str))
+    return 0
