@@ -11,7 +11,6 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 
@@ -62,9 +61,8 @@ async def load_models(
         asyncio.to_thread(PiperSpeaker, voice, threads=threads, speed=settings.tts_speed),
         asyncio.to_thread(EndOfTurnModel, turn_model, threads=1),
     )
-    # EndOfTurn is a nominal base class that media's model does not (and, media being
-    # below agents, cannot) inherit; it has the one method EndOfTurn asks for.
-    end_of_turn = cast(EndOfTurn, eot)
+    # EndOfTurn is a Protocol: media's model (below agents) satisfies it by its shape.
+    end_of_turn: EndOfTurn = eot
     # A server per call (the embedded default) lets every call draft its replies; one
     # the local workers write on too is not the calls' own.
     servers = len(llm.members) if isinstance(llm, ChatPool) else 1
