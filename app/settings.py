@@ -379,6 +379,38 @@ class Settings:
         "WAV (5-15 s of clear speech) whose voice a `minicpmo` worker speaks with. Empty: "
         "the bundled Piper voice, the cascade's own, so a fallback keeps the same voice.",
     )
+    # --- scale-out: many gateways and workers as one system -----------------------------
+    redis_url: str = _env_field(
+        "REDIS_URL",
+        "",
+        "Redis or Valkey (redis://[:password@]host:6379/0) shared by every gateway and "
+        "worker: single-use stream tokens, one stream per CallSid, the worker registry and "
+        "its queue, which gateway holds a call. Empty: all of it in this process.",
+        url=True,
+    )
+    gateway_url: str = _env_field(
+        "GATEWAY_URL",
+        "",
+        "This gateway's own address as the other gateways reach it (http://10.0.0.5:8080), "
+        "for callbacks about a call it holds. Empty: http://HOST:PORT.",
+        url=True,
+    )
+    worker_url: str = _env_field(
+        "WORKER_URL",
+        "",
+        "`offhook worker` with REDIS_URL: the address gateways reach this worker at "
+        "(ws://10.0.0.7:22400); it registers itself under it and keeps a heartbeat.",
+        url=True,
+    )
+    records_url: str = _env_field(
+        "RECORDS_URL",
+        "",
+        "s3://BUCKET/PREFIX: each finished call's record is uploaded there, and "
+        "`offhook calls` reads every gateway's calls from it. Endpoint and credentials: "
+        "AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION. "
+        "Empty: records stay in DATA_DIR.",
+        url=True,
+    )
     # --- playout -----------------------------------------------------------------------
     chunk_ms: int = _env_field(
         "CHUNK_MS",

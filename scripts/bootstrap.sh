@@ -15,6 +15,8 @@ command -v espeak-ng >/dev/null || need_apt="$need_apt espeak-ng"
 command -v sox >/dev/null || need_apt="$need_apt sox"
 command -v cmake >/dev/null || need_apt="$need_apt cmake"
 command -v g++ >/dev/null || need_apt="$need_apt g++"
+# redis-server: the shared state of several gateways (REDIS_URL), and its tests.
+command -v redis-server >/dev/null || need_apt="$need_apt redis-server"
 if [ -n "$need_apt" ]; then
   echo "== apt-get install$need_apt"
   $SUDO apt-get update -qq

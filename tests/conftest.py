@@ -26,6 +26,7 @@ from ops.local_server import ServerThread, free_port
 from ops.simulate import CallerTurn, CallReport, SimulationConfig, simulate_call
 from recordings.record import CallRecord
 from recordings.store import RecordStore
+from tests.services import RedisServer, S3Server, shared_redis_url, shared_s3_endpoint
 
 AUTH_TOKEN = "test-auth-token-0123456789abcdef"
 GREETING = (
@@ -64,6 +65,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "models" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A real redis-server: the one `.ci/run` started, or one of this session's own.
+    Tests share it, so each uses keys under a prefix of its own."""
+    shared = shared_redis_url()
+    if shared:
+        yield shared
+        return
+    server = RedisServer().start()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A real S3-compatible server (SeaweedFS), credentials in tests.services."""
+    shared = shared_s3_endpoint()
+    if shared:
+        yield shared
+        return
+    server = S3Server().start()
+    yield server.endpoint
+    server.stop()
 
 
 @pytest.fixture(scope="session")
