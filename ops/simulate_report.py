@@ -69,6 +69,9 @@ class CallReport:
     closed_ms: float | None = None
     # Webhook request to open socket, before the stream clock starts.
     setup_ms: float = 0.0
+    # Streams after a closed one that Twilio's <Redirect> led to: (closed at, the next
+    # stream's start) on the call clock; the new start is None if it failed.
+    redirects: list[tuple[float, float | None]] = field(default_factory=list)
 
     def bot_spans(self, joined_within_ms: float) -> list[tuple[float, float]]:
         """Bot utterances, joined across silences shorter than `joined_within_ms`.

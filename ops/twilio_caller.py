@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -52,6 +52,7 @@ from ops.twilio_webhook import (
     TWILIO_USER_AGENT,
     WEBHOOK_PATH,
     SimulationError,
+    StreamTarget,
     check_stream_host,
     connect_uri,
     parse_twiml,
@@ -81,6 +82,8 @@ FRAME_S: Final = FRAME_SAMPLES / RATE
 MULAW_SILENCE_FRAME: Final = b"\xff" * FRAME_SAMPLES
 _HTTP_TIMEOUT_S: Final = 15.0
 _WS_OPEN_TIMEOUT_S: Final = 10.0
+# Redirects followed in one call, as a bound against a server that loops.
+_MAX_REDIRECTS: Final = 5
 
 
 @dataclass
@@ -132,15 +135,24 @@ def _random_sid(prefix: str) -> str:
 
 
 async def _post_webhook(
-    client: httpx.AsyncClient, config: SimulationConfig, call_sid: str, account_sid: str
+    client: httpx.AsyncClient,
+    config: SimulationConfig,
+    call_sid: str,
+    account_sid: str,
+    *,
+    url: str | None = None,
+    status: str | None = None,
 ) -> str:
+    """POST the call's form to the voice webhook, or to the `url` a <Redirect> names."""
     try:
-        url = config.voice_url or public_url(config.base_url, WEBHOOK_PATH)
+        url = url or config.voice_url or public_url(config.base_url, WEBHOOK_PATH)
     except ValueError as exc:
         raise SimulationError(str(exc)) from exc
     params = voice_webhook_params(
         call_sid, account_sid, config.from_number, config.to_number, direction=config.direction
     )
+    if status is not None:
+        params["CallStatus"] = status
     headers = {"User-Agent": TWILIO_USER_AGENT}
     if config.auth_token:
         headers["X-Twilio-Signature"] = sign(config.auth_token, url, params)
@@ -165,9 +177,14 @@ class _Call:
         script: CallerScript,
         config: SimulationConfig,
         report: CallReport,
+        redirect: Callable[[], Awaitable[_Leg | None]] | None = None,
     ) -> None:
         self._ws = ws
         self._writer = writer
+        # Twilio's next leg once the server closes the stream: None when the TwiML
+        # after <Connect> ends the call.
+        self._redirect = redirect
+        self._switching = False
         self._script = script
         self._config = config
         self._report = report
@@ -210,8 +227,8 @@ class _Call:
         anything else, and a mark echo racing the hang-up must simply not be sent.
         """
         async with self._send_lock:
-            if self._closed.is_set():
-                return False
+            if self._closed.is_set() or self._switching:
+                return False  # between streams the caller's audio goes nowhere
             try:
                 await self._ws.send(build())
             except ConnectionClosed:
@@ -291,6 +308,46 @@ class _Call:
         await self._ws.close()
 
     async def _receive_loop(self) -> None:
+        while True:
+            await self._receive_stream()
+            if self._hung_up or self._redirect is None:
+                break
+            if not await self._next_stream():
+                break
+        report = self._report
+        if not self._hung_up:
+            report.server_closed = True
+            report.closed_ms = self._now_ms()
+        report.close_code = self._ws.close_code
+        self._closed.set()
+
+    async def _next_stream(self) -> bool:
+        """Twilio runs the TwiML after <Connect>: follow its <Redirect> to a new stream."""
+        assert self._redirect is not None
+        closed = self._now_ms()
+        self._switching = True
+        # The closed stream's buffered audio is gone with it; its marks are never echoed.
+        self._playout.clear()
+        try:
+            leg = await self._redirect()
+        except SimulationError as exc:
+            self._report.redirects.append((closed, None))
+            self._report.warnings.append(f"redirect failed: {exc}")
+            leg = None
+        if leg is None:
+            self._switching = False
+            return False
+        ws, writer, parameters = leg
+        async with self._send_lock:
+            self._ws, self._writer = ws, writer
+            self._report.stream_sid = writer.stream_sid
+            self._switching = False
+        await self._send(self._writer.connected)
+        await self._send(lambda: self._writer.start(parameters))
+        self._report.redirects.append((closed, self._now_ms()))
+        return True
+
+    async def _receive_stream(self) -> None:
         report = self._report
         try:
             async for message in self._ws:
@@ -316,12 +373,10 @@ class _Call:
                         # Twilio echoes every pending mark at once on a clear.
                         await self._echo_marks(self._playout.clear())
         except ConnectionClosed:
-            pass  # an abrupt close: recorded below like a clean one
-        if not self._hung_up:
-            report.server_closed = True
-            report.closed_ms = self._now_ms()
-        report.close_code = self._ws.close_code
-        self._closed.set()
+            pass  # an abrupt close: recorded like a clean one
+
+    async def close(self) -> None:
+        await self._ws.close()
 
     def _finish(self) -> None:
         report = self._report
@@ -345,8 +400,36 @@ def _pad(frames: Sequence[np.ndarray], count: int) -> np.ndarray:
     return out
 
 
+_Leg = tuple[ClientConnection, TwilioEventWriter, dict[str, str]]
+
+
+async def _open_stream(target: StreamTarget, config: SimulationConfig) -> ClientConnection:
+    uri = connect_uri(target.url, config.base_url, config.connect_to)
+    headers: dict[str, str] = {}
+    if config.auth_token:
+        # Signed over the URL Twilio was given, even when connecting elsewhere; but only
+        # one under the server's own URL: a hostile server must not get our signature
+        # on a request for another host.
+        check_stream_host(target.url, config.base_url)
+        headers["x-twilio-signature"] = sign(config.auth_token, target.url, {})
+    try:
+        return await connect(
+            uri,
+            additional_headers=headers,
+            open_timeout=_WS_OPEN_TIMEOUT_S,
+            # Twilio offers no permessage-deflate; the server must not rely on it.
+            compression=None,
+        )
+    except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
+        raise SimulationError(f"could not open the media stream {uri}: {exc}") from exc
+
+
 async def simulate_call(config: SimulationConfig) -> CallReport:
-    """Place one simulated call and report what the caller heard and when."""
+    """Place one simulated call and report what the caller heard and when.
+
+    As Twilio does, a stream the server closes is followed by the TwiML after its
+    <Connect>: a <Redirect> fetches the next TwiML (signed, CallStatus in-progress) and
+    its stream carries the same call on; anything else ends the call."""
     prepared = await asyncio.to_thread(prepare_turns, config.turns, config.voice_engine)
     call_sid = config.call_sid or _random_sid("CA")
     account_sid = config.account_sid or _random_sid("AC")
@@ -358,29 +441,30 @@ async def simulate_call(config: SimulationConfig) -> CallReport:
     target = parse_twiml(twiml)
     report = CallReport(call_sid=call_sid, stream_sid=stream_sid, twiml=twiml)
     report.warnings.extend(twiml_warnings(target))
-    uri = connect_uri(target.url, config.base_url, config.connect_to)
-    headers: dict[str, str] = {}
-    if config.auth_token:
-        # Signed over the URL Twilio was given, even when connecting elsewhere; but only
-        # one under the server's own URL: a hostile server must not get our signature
-        # on a request for another host.
-        check_stream_host(target.url, config.base_url)
-        headers["x-twilio-signature"] = sign(config.auth_token, target.url, {})
-    try:
-        ws = await connect(
-            uri,
-            additional_headers=headers,
-            open_timeout=_WS_OPEN_TIMEOUT_S,
-            # Twilio offers no permessage-deflate; the server must not rely on it.
-            compression=None,
-        )
-    except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
-        raise SimulationError(f"could not open the media stream {uri}: {exc}") from exc
+    ws = await _open_stream(target, config)
     report.setup_ms = (loop.time() - began) * 1000
+    current = [target]
+
+    async def redirect() -> _Leg | None:
+        url = current[0].redirect
+        if url is None or len(report.redirects) >= _MAX_REDIRECTS:
+            return None
+        async with httpx.AsyncClient(timeout=_HTTP_TIMEOUT_S) as client:
+            answer = await _post_webhook(
+                client, config, call_sid, account_sid, url=url, status="in-progress"
+            )
+        current[0] = parse_twiml(answer)
+        leg_ws = await _open_stream(current[0], config)
+        leg_writer = TwilioEventWriter(_random_sid("MZ"), call_sid, account_sid)
+        return leg_ws, leg_writer, current[0].parameters
+
     script = CallerScript(prepared, config.patience_s * 1000)
     writer = TwilioEventWriter(stream_sid, call_sid, account_sid)
-    async with ws:
-        await _Call(ws, writer, script, config, report).run(target.parameters)
+    call = _Call(ws, writer, script, config, report, redirect)
+    try:
+        await call.run(target.parameters)
+    finally:
+        await call.close()
     if config.record_path is not None:
         stereo = np.stack([report.caller_audio, report.bot_audio], axis=1)
         await asyncio.to_thread(write_wav, config.record_path, stereo, RATE, 2)

@@ -35,10 +35,24 @@ class SimulationError(Exception):
 
 @dataclass(frozen=True)
 class StreamTarget:
-    """The `<Connect><Stream>` of a TwiML answer."""
+    """The `<Connect><Stream>` of a TwiML answer, and what Twilio does once it closes."""
 
     url: str
     parameters: dict[str, str]
+    # The verbs after `<Connect>`, which Twilio runs when the stream's socket closes
+    # (twilio.com/docs/voice/twiml/stream: "the next TwiML instruction"): (tag, text).
+    after: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def redirect(self) -> str | None:
+        """The URL Twilio fetches next, if a <Redirect> follows the stream before any
+        verb that ends or answers the call (the simulator does not play <Say>/<Play>)."""
+        for verb, text in self.after:
+            if verb == "Redirect":
+                return text or None
+            if verb not in ("Say", "Play", "Pause"):
+                return None
+        return None
 
 
 def parse_twiml(twiml: str) -> StreamTarget:
@@ -68,7 +82,14 @@ def parse_twiml(twiml: str) -> StreamTarget:
         if name is None:
             raise SimulationError("expected a name attribute on every <Parameter>")
         parameters[name] = parameter.get("value", "")
-    return StreamTarget(url=url, parameters=parameters)
+    verbs = list(root)
+    connect = root.find("./Connect")
+    after = verbs[verbs.index(connect) + 1 :] if connect is not None else []
+    return StreamTarget(
+        url=url,
+        parameters=parameters,
+        after=tuple((verb.tag, (verb.text or "").strip()) for verb in after),
+    )
 
 
 def twiml_warnings(target: StreamTarget) -> list[str]:
