@@ -83,21 +83,16 @@ __all__ = [
 
 RATE = 16000
 
+# Exactly the moves calls make (each is taken in tests/agents/test_turn_transitions.py).
 _ALLOWED: dict[TurnState, frozenset[TurnState]] = {
-    TurnState.LISTENING: frozenset({TurnState.CALLER, TurnState.BOT, TurnState.REPLYING}),
-    TurnState.CALLER: frozenset({TurnState.LISTENING, TurnState.REPLYING, TurnState.BOT}),
-    TurnState.REPLYING: frozenset(
-        {TurnState.CALLER, TurnState.BOT, TurnState.LISTENING, TurnState.REPLYING}
-    ),
-    TurnState.BOT: frozenset(
-        {TurnState.LISTENING, TurnState.OVERLAP, TurnState.REPLYING, TurnState.BOT}
-    ),
+    TurnState.LISTENING: frozenset({TurnState.CALLER, TurnState.REPLYING}),
+    TurnState.CALLER: frozenset({TurnState.LISTENING, TurnState.REPLYING}),
+    TurnState.REPLYING: frozenset({TurnState.CALLER, TurnState.BOT, TurnState.LISTENING}),
+    TurnState.BOT: frozenset({TurnState.LISTENING, TurnState.OVERLAP}),
     TurnState.OVERLAP: frozenset(
-        {TurnState.BOT, TurnState.HELD, TurnState.CALLER, TurnState.LISTENING, TurnState.REPLYING}
+        {TurnState.BOT, TurnState.HELD, TurnState.CALLER, TurnState.LISTENING}
     ),
-    TurnState.HELD: frozenset(
-        {TurnState.BOT, TurnState.CALLER, TurnState.LISTENING, TurnState.REPLYING}
-    ),
+    TurnState.HELD: frozenset({TurnState.BOT, TurnState.CALLER}),
 }
 
 
