@@ -9,7 +9,9 @@ replay it against the current bot to check a change.
     offhook calls cleanup  [--retention-days N] [--max-storage-gb G] [--dry-run]
     offhook calls replay   ID --to URL [--auth-token T] [--speed F] [--threshold-ms 300]
 
-Records are read from `<data dir>/calls` (--data-dir, else $DATA_DIR, else ./data).
+Records are read from `<data dir>/calls` (--data-dir, else $DATA_DIR, else ./data), or,
+with --records-url (else $RECORDS_URL) s3://BUCKET/PREFIX, from the S3-compatible store
+every gateway uploads to (endpoint and credentials: the standard AWS_* variables).
 Exit status: 0 done; 1 the replayed bot did worse than the recording; 2 bad input (an
 invalid call id, a missing or unreadable record, a server that cannot be called),
 reported in one line on stderr.
@@ -39,8 +41,11 @@ from ops.calls_list import list_calls, select
 from ops.calls_replay import LazyWhisper, Transcribe, replay_call
 from ops.calls_show import control_events, incidents, show_call
 from ops.terminal import Neutralise, neutralise
+from recordings.catalog import RecordCatalog
 from recordings.errors import RecordError
 from recordings.layout import parse_time
+from recordings.s3_records import S3Records
+from recordings.s3_store import S3RecordStore
 from recordings.store import RecordStore
 
 __all__ = [
@@ -54,6 +59,7 @@ __all__ = [
     "control_events",
     "incidents",
     "main",
+    "open_catalog",
     "parse_since",
     "select",
     "transcript_lines",
@@ -107,6 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=Path(os.environ.get("DATA_DIR") or "./data"),
         help="where records live, under calls/ (default: $DATA_DIR or ./data)",
+    )
+    parser.add_argument(
+        "--records-url",
+        default=os.environ.get("RECORDS_URL", ""),
+        metavar="s3://BUCKET/PREFIX",
+        help="read every gateway's records from this S3 store instead; '' for the local "
+        "folder (default: $RECORDS_URL)",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -203,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --- entry point --------------------------------------------------------------------------
 
-Command = Callable[[argparse.Namespace, RecordStore, Console, Console], int]
+Command = Callable[[argparse.Namespace, RecordCatalog, Console, Console], int]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,9 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     # drive the terminal.
     out.push_render_hook(Neutralise())
     err.push_render_hook(Neutralise())
-    store = RecordStore(args.data_dir / "calls")
     run: Command = args.run
+    store: RecordCatalog | None = None
     try:
+        store = open_catalog(args.records_url, args.data_dir)
         return run(args, store, out, err)
     except (RecordError, SimulationError, CallerVoiceError, ValueError, OSError) as exc:
         # Expected failures: one line, no traceback. (CorruptRecord names the file.)
@@ -229,6 +243,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    finally:
+        if store is not None:
+            store.close()
+
+
+def open_catalog(records_url: str, data_dir: Path) -> RecordCatalog:
+    """The S3 store at `records_url`, else the local folder `data_dir`/calls."""
+    if records_url:
+        return S3RecordStore(S3Records.from_url(records_url))
+    return RecordStore(data_dir / "calls")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ops.calls_format import format_size, format_when
-from recordings.store import RecordStore, Removal
+from recordings.catalog import RecordCatalog
+from recordings.cleanup_plan import Removal
 
 __all__ = ["cleanup_calls"]
 
@@ -29,7 +30,9 @@ def _limit_from_env(name: str, default: float) -> float:
     return value
 
 
-def cleanup_calls(args: argparse.Namespace, store: RecordStore, out: Console, err: Console) -> int:
+def cleanup_calls(
+    args: argparse.Namespace, store: RecordCatalog, out: Console, err: Console
+) -> int:
     days = args.retention_days
     days = _limit_from_env("RETENTION_DAYS", 30.0) if days is None else days
     gb = args.max_storage_gb

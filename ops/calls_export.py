@@ -16,8 +16,8 @@ from rich.markup import escape
 
 from ops.calls_format import as_mapping, format_clock, format_ms
 from ops.terminal import neutralise
+from recordings.catalog import RecordCatalog
 from recordings.record import CallRecord
-from recordings.store import RecordStore
 
 __all__ = ["export_call", "plot_call", "transcript_lines"]
 
@@ -47,7 +47,7 @@ def transcript_lines(record: CallRecord, transcript: Mapping[str, Any]) -> list[
     return lines
 
 
-def export_call(args: argparse.Namespace, store: RecordStore, out: Console, err: Console) -> int:
+def export_call(args: argparse.Namespace, store: RecordCatalog, out: Console, err: Console) -> int:
     from media.wav import write_wav
 
     record = store.open(args.id)
@@ -82,7 +82,7 @@ def export_call(args: argparse.Namespace, store: RecordStore, out: Console, err:
 # --- plot ---------------------------------------------------------------------------------
 
 
-def plot_call(args: argparse.Namespace, store: RecordStore, out: Console, err: Console) -> int:
+def plot_call(args: argparse.Namespace, store: RecordCatalog, out: Console, err: Console) -> int:
     from ops.plot import plot_record
 
     record = store.open(args.id)

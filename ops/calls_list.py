@@ -14,10 +14,10 @@ from rich.table import Table
 from rich.text import Text
 
 from ops.calls_format import PROG, format_agent, format_duration, format_ms, format_when
+from recordings.catalog import RecordCatalog
 from recordings.errors import RecordError
 from recordings.privacy import mask_number
 from recordings.record import CallSummary
-from recordings.store import RecordStore
 
 __all__ = ["list_calls", "select"]
 
@@ -60,7 +60,7 @@ def select(
     return chosen[:limit] if limit is not None else chosen
 
 
-def _read_summaries(store: RecordStore, err: Console) -> tuple[list[CallSummary], list[str]]:
+def _read_summaries(store: RecordCatalog, err: Console) -> tuple[list[CallSummary], list[str]]:
     ids = store.ids()
     summaries: list[CallSummary] = []
     problems: list[str] = []
@@ -73,14 +73,14 @@ def _read_summaries(store: RecordStore, err: Console) -> tuple[list[CallSummary]
     ) as progress:
         for call_sid in progress.track(ids):
             try:
-                summaries.append(store.open(call_sid).summary())
+                summaries.append(store.summary(call_sid))
             except (RecordError, OSError) as exc:
                 # One damaged record must not hide the others: list it as a problem.
                 problems.append(str(exc))
     return summaries, problems
 
 
-def list_calls(args: argparse.Namespace, store: RecordStore, out: Console, err: Console) -> int:
+def list_calls(args: argparse.Namespace, store: RecordCatalog, out: Console, err: Console) -> int:
     summaries, problems = _read_summaries(store, err)
     for problem in problems:
         err.print(f"{PROG}: skipped an unreadable record: {escape(problem)}")

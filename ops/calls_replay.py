@@ -18,8 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ops.calls_format import format_clock, format_ms
+from recordings.catalog import RecordCatalog
 from recordings.record import CallRecord
-from recordings.store import RecordStore
 
 if TYPE_CHECKING:
     from ops.replay import ReplayResult
@@ -162,7 +162,7 @@ def _first_leaf(error: BaseException) -> BaseException:
     return error
 
 
-def replay_call(args: argparse.Namespace, store: RecordStore, out: Console, err: Console) -> int:
+def replay_call(args: argparse.Namespace, store: RecordCatalog, out: Console, err: Console) -> int:
     from ops.replay import speed_warning, verdict
 
     record = store.open(args.id)

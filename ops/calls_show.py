@@ -44,8 +44,8 @@ from ops.calls_format import (
     format_size,
     format_when,
 )
+from recordings.catalog import RecordCatalog
 from recordings.record import CallRecord, CallSummary
-from recordings.store import RecordStore
 
 __all__ = ["control_events", "incidents", "show_call"]
 
@@ -75,7 +75,7 @@ _INCIDENTS: Final[tuple[type[CallEvent], ...]] = (
 )
 
 
-def _summary_panel(record: CallRecord, summary: CallSummary) -> Panel:
+def _summary_panel(record: CallRecord, summary: CallSummary, where: str) -> Panel:
     meta = record.meta
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
@@ -117,7 +117,7 @@ def _summary_panel(record: CallRecord, summary: CallSummary) -> Panel:
                 f"{recorder.get('dropped')} items dropped, {recorder.get('errors')} errors",
             )
         )
-    rows.append(("record", f"{record.path} ({format_size(summary.size_bytes)})"))
+    rows.append(("record", f"{where} ({format_size(summary.size_bytes)})"))
     for name, value in rows:
         grid.add_row(name, Text(value))
     return Panel(grid, title=f"call {summary.call_sid}", title_align="left", expand=False)
@@ -229,12 +229,12 @@ def _control_line(event: CallEvent) -> str:
     return json.dumps(event.data(), sort_keys=True, default=str)
 
 
-def show_call(args: argparse.Namespace, store: RecordStore, out: Console, err: Console) -> int:
+def show_call(args: argparse.Namespace, store: RecordCatalog, out: Console, err: Console) -> int:
     record = store.open(args.id)
     summary = record.summary()
     transcript = record.transcript()
     listed = incidents(record.timeline())
-    out.print(_summary_panel(record, summary))
+    out.print(_summary_panel(record, summary, f"{store.root}/{record.call_sid}"))
     if transcript.get("turns"):
         out.print(_turns_table(transcript))
     else:

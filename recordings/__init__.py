@@ -3,12 +3,20 @@
 Writing never blocks the call (CallRecorder: a bounded queue and one writer thread);
 a process that dies mid-call leaves files that are readable as they are and are closed
 properly by RecordStore.repair on the next start; retention removes records by age
-and by total size (RecordStore.cleanup, retention_loop).
+and by total size (RecordStore.cleanup, retention_loop). With RECORDS_URL, finished
+records are also uploaded to an S3-compatible store (RecordUploader) and read back from
+it by `offhook calls` (S3RecordStore).
 
     recorder.py   CallRecorder: the non-blocking API a call writes through
     writer.py     RecordWriter: the files of one record, owned by the writer thread
     wavfile.py    StreamingWav, repair_wav, read_pcm16: WAV files that survive a crash
     store.py      RecordStore, Removal: list, open, repair and clean up records
+    catalog.py    RecordCatalog: what `offhook calls` needs of a store, local or S3
+    cleanup_plan.py  plan_removals: the retention rule both stores apply
+    s3_location.py   S3Location: RECORDS_URL=s3://BUCKET/PREFIX
+    s3_records.py    S3Records: record files in the bucket (boto3; blocking)
+    s3_store.py   S3RecordStore: every gateway's records, read back from the store
+    uploader.py   RecordUploader: finished records to the store, retried, never lost
     record.py     CallRecord, CallSummary: one record read back
     timeline.py   transcript and numbers derived from a timeline (for crashed calls)
     retention.py  retention_loop: cleanup at start and daily

@@ -4,7 +4,8 @@
     ├── InvalidCallId        a call id that is not ^[A-Za-z0-9_-]{1,64}$ (no path tricks)
     ├── RecordExists         a recorder was started for a call that already has a folder
     ├── RecordNotFound       no record for that call under the store's root
-    └── CorruptRecord        a record file cannot be parsed (names the file and why)
+    ├── CorruptRecord        a record file cannot be parsed (names the file and why)
+    └── StoreUnavailable     the S3-compatible store refused or could not be reached
 
 Programming mistakes on our own side (float audio where PCM16 is expected, an unknown
 `ended_with`) raise the built-in TypeError / ValueError instead: they are bugs to fix.
@@ -16,7 +17,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["CorruptRecord", "InvalidCallId", "RecordError", "RecordExists", "RecordNotFound"]
+__all__ = [
+    "CorruptRecord",
+    "InvalidCallId",
+    "RecordError",
+    "RecordExists",
+    "RecordNotFound",
+    "StoreUnavailable",
+]
 
 
 class RecordError(Exception):
@@ -42,3 +50,7 @@ class CorruptRecord(RecordError):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class StoreUnavailable(RecordError):
+    """The S3-compatible store failed a request (unreachable, no such bucket, denied)."""

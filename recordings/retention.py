@@ -1,4 +1,5 @@
-"""Keep the record store within its limits: once at start, then every day."""
+"""Keep a record store (the local folder or the S3 store) within its limits: once at
+start, then every day."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from recordings.store import RecordStore
+from recordings.catalog import RecordCatalog
 
 __all__ = ["RetentionPolicy", "retention_loop"]
 
@@ -30,7 +31,7 @@ def _limit(value: float | None) -> float | None:
 
 
 async def retention_loop(
-    store: RecordStore,
+    store: RecordCatalog,
     policy: RetentionPolicy,
     *,
     active: Callable[[], Iterable[str]],

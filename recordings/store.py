@@ -5,11 +5,10 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Literal
 
+from recordings.cleanup_plan import Entry, Removal, plan_removals
 from recordings.errors import CorruptRecord, RecordError, RecordNotFound
 from recordings.jsonio import read_json_object, write_json_atomic
 from recordings.layout import (
@@ -32,25 +31,6 @@ __all__ = ["CallRecord", "CallSummary", "RecordStore", "Removal"]
 
 log = logging.getLogger(__name__)
 
-_BYTES_PER_GB = 1_000_000_000  # storage is sold in decimal gigabytes
-
-
-@dataclass(frozen=True)
-class Removal:
-    """A record cleanup removed (or, in a dry run, would remove)."""
-
-    call_sid: str
-    reason: Literal["age", "size"]
-    bytes: int
-
-
-@dataclass(frozen=True)
-class _Entry:
-    call_sid: str
-    path: Path
-    started_at: datetime
-    bytes: int
-
 
 class RecordStore:
     """The records under `root` (one folder per call). Blocking file I/O throughout:
@@ -70,6 +50,13 @@ class RecordStore:
         if not meta.is_file():
             raise RecordNotFound(f"no record for call {call_sid} under {self.root}")
         return CallRecord(path=path, meta=read_json_object(meta))
+
+    def summary(self, call_sid: str) -> CallSummary:
+        """The headline numbers of one call (what `offhook calls list` shows)."""
+        return self.open(call_sid).summary()
+
+    def close(self) -> None:
+        """Nothing to let go of: the records are the files themselves."""
 
     def summaries(self, *, problems: list[RecordError] | None = None) -> list[CallSummary]:
         """One summary per readable record, oldest first.
@@ -164,33 +151,13 @@ class RecordStore:
         died while starting); its age is the folder's mtime. With `dry_run` nothing is
         removed and the plan is returned; otherwise the removals that succeeded.
         """
-        for name, limit in (("retention_days", retention_days), ("max_storage_gb", max_storage_gb)):
-            if limit is not None and not limit > 0:
-                raise ValueError(f"{name} must be > 0 or None (no limit), got {limit}")
-        now = datetime.now(UTC) if now is None else now
-        if now.tzinfo is None:
-            raise ValueError("naive `now`: pass an aware datetime")
-        skip = set(active)
-        entries = self._entries()
-        candidates = sorted(
-            (e for e in entries if e.call_sid not in skip), key=lambda e: (e.started_at, e.call_sid)
+        plan = plan_removals(
+            self._entries(),
+            retention_days=retention_days,
+            max_storage_gb=max_storage_gb,
+            now=now,
+            active=active,
         )
-        plan: list[Removal] = []
-        if retention_days is not None:
-            cutoff = now - timedelta(days=retention_days)
-            plan += [
-                Removal(e.call_sid, "age", e.bytes) for e in candidates if e.started_at < cutoff
-            ]
-        if max_storage_gb is not None:
-            limit_bytes = max_storage_gb * _BYTES_PER_GB
-            planned = {r.call_sid for r in plan}
-            total = sum(e.bytes for e in entries) - sum(r.bytes for r in plan)
-            for entry in candidates:
-                if total <= limit_bytes:
-                    break
-                if entry.call_sid not in planned:
-                    plan.append(Removal(entry.call_sid, "size", entry.bytes))
-                    total -= entry.bytes
         if dry_run:
             return plan
         removed = []
@@ -220,14 +187,14 @@ class RecordStore:
             folders.append(path)
         return folders
 
-    def _entries(self) -> list[_Entry]:
+    def _entries(self) -> list[Entry]:
         entries = []
         for path in self._folders():
             try:
                 started_at = parse_time(str(read_json_object(path / META)["started_at"]))
             except (RecordError, OSError, KeyError, ValueError):
                 started_at = datetime.fromtimestamp(path.stat().st_mtime, UTC)
-            entries.append(_Entry(path.name, path, started_at, folder_bytes(path)))
+            entries.append(Entry(path.name, started_at, folder_bytes(path)))
         return entries
 
 

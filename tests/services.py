@@ -131,7 +131,9 @@ class S3Server:
                 [binary, "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                  f"-master.port={_weed_port()}", f"-volume.port={_weed_port()}",
                  f"-filer.port={_weed_port()}", "-s3", f"-s3.port={self.port}",
-                 f"-s3.config={config}", "-volume.max=20", "-master.telemetry=false",
+                 f"-s3.config={config}", "-master.telemetry=false",
+                 # Each bucket takes 7 volumes: room for many small ones.
+                 "-volume.max=200", "-master.volumeSizeLimitMB=64",
                  "-s3.port.iceberg=0", "-s3.port.lance=0", "-volume.preStopSeconds=0"],
                 stdout=out, stderr=subprocess.STDOUT,
             )
