@@ -151,3 +151,13 @@ class WorkerSettings(AgentSettings, Protocol):
 
     @property
     def omni_voice_wav(self) -> str: ...
+
+    @property
+    def redis_url(self) -> str:
+        """The worker registry (empty: gateways list the worker in DUPLEX_WORKERS)."""
+        ...
+
+    @property
+    def worker_url(self) -> str:
+        """The address gateways reach this worker at, registered under REDIS_URL."""
+        ...

@@ -4,6 +4,7 @@ Errors, mapped here from websockets and the protocol so callers never see either
 
     WorkerError               anything that means "fall back from this worker"
     ├── WorkerUnavailable     no Prepared within the connect timeout (refused, slow, error)
+    │   └── WorkerBusy        closed with 1013 at connect: serving someone else, healthy
     ├── WorkerDied            socket dropped, fatal Error, or a frame that breaks protocol
     └── WorkerStalled         no result within the caller's deadline; the socket is still up
 
@@ -47,6 +48,8 @@ from agents.duplex.protocol import (
 
 log = logging.getLogger(__name__)
 
+BUSY_CLOSE_CODE = 1013  # the worker's "another session holds me" (agents.duplex.worker)
+
 # A unit is 1 s of 16 kHz PCM16 as base64 JSON (~43 kB); results carry speech audio too.
 _MAX_FRAME_BYTES = 4 * 1024 * 1024
 
@@ -57,6 +60,11 @@ class WorkerError(Exception):
 
 class WorkerUnavailable(WorkerError):
     """The worker did not accept the session in time."""
+
+
+class WorkerBusy(WorkerUnavailable):
+    """The worker closed the session with 1013 ("try again later"): another session
+    holds it. Not a fault of the worker: take the next one."""
 
 
 class WorkerDied(WorkerError):
@@ -104,7 +112,12 @@ class WorkerSession:
                 )
                 await self._ws.send(encode(prepare))
                 reply = decode(await self._ws.recv())
-        except (TimeoutError, OSError, InvalidHandshake, InvalidURI, ConnectionClosed,
+        except ConnectionClosed as exc:
+            await self._close()
+            if exc.rcvd is not None and exc.rcvd.code == BUSY_CLOSE_CODE:
+                raise WorkerBusy(f"{self.url} is busy with another session") from exc
+            raise WorkerUnavailable(f"{self.url}: no session ({exc!r})") from exc
+        except (TimeoutError, OSError, InvalidHandshake, InvalidURI,
                 ProtocolViolation) as exc:  # fmt: skip
             await self._close()
             raise WorkerUnavailable(f"{self.url}: no session ({exc!r})") from exc

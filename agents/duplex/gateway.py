@@ -25,8 +25,15 @@ import numpy as np
 
 from agents.cascade.agent import CarryOn, CascadeAgent
 from agents.conversation import Conversation, Speaker, Turn
-from agents.duplex.client import WorkerDied, WorkerError, WorkerSession, WorkerStalled
+from agents.duplex.client import (
+    WorkerBusy,
+    WorkerDied,
+    WorkerError,
+    WorkerSession,
+    WorkerStalled,
+)
 from agents.duplex.handover import UnansweredInput
+from agents.duplex.pool import MAX_BUSY_HOPS, NoWorker, QueueFull
 from agents.duplex.protocol import Prepare, Result, pcm16_array
 from agents.inputs import Digits
 from agents.playback import PHONE_RATE, Playback
@@ -127,14 +134,12 @@ class DuplexAgent:
 
     async def run(self, inputs: CallInputs) -> None:
         try:
-            await self._session.connect(
-                self.lease.url,
+            await self._connect(
                 Prepare(
                     system_prompt=self.conversation.persona,
                     history=self.conversation.messages()[1:],
                     unit_ms=self._unit_ms,
-                ),
-                token=self._token,
+                )
             )
             if self._greeting and self._greeting_pcm is not None:
                 turn = self.conversation.start_bot()
@@ -150,6 +155,28 @@ class DuplexAgent:
             await self._fall_back(_reason(group), inputs)
         finally:
             await self._session.stop()
+            # The lease this call ended on: after a busy hop, not the one it was given.
+            self.lease.release()
+
+    async def _connect(self, prepare: Prepare) -> None:
+        """Open the session. A worker that says busy (1013) serves someone else and is
+        healthy: it is passed over for the next worker, never reported broken."""
+        hops = 0
+        while True:
+            try:
+                await self._session.connect(self.lease.url, prepare, token=self._token)
+                return
+            except WorkerBusy:
+                if hops == MAX_BUSY_HOPS:
+                    self.lease.release_busy()  # so the fallback reports nobody broken
+                    raise
+                hops += 1
+                log.info("duplex worker %s is busy: taking the next one", self.lease.url)
+                try:
+                    self.lease = await self.lease.next_after_busy()
+                except (NoWorker, QueueFull) as exc:
+                    raise WorkerBusy(f"no other worker free: {exc}") from exc
+                self._session = WorkerSession()
 
     async def _fall_back(self, reason: str, inputs: CallInputs) -> None:
         self.fell_back = reason
@@ -335,6 +362,8 @@ class DuplexAgent:
 
 def _reason(group: BaseExceptionGroup[WorkerError]) -> str:
     """The fallbacks metric's label for why the call left its worker."""
+    if group.subgroup(WorkerBusy) is not None:
+        return "worker_busy"
     if group.subgroup(KeypadUnsupported) is not None:
         return "keypad_unsupported"
     if group.subgroup(WorkerStalled) is not None:

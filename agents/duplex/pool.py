@@ -24,6 +24,11 @@ over (STARTING or ERROR) until it says idle again. Every worker starts in STARTI
 the pool waits for readiness rather than assuming it. `on_unhealthy` hears of every
 lease given back broken (stalled, dead, broke protocol): a supervisor of local worker
 processes kills and respawns those.
+
+A worker that closes the session with 1013 ("busy": someone else's session holds it) is
+healthy: `Lease.next_after_busy` gives it back as STARTING, never to `on_unhealthy`, and
+leases the next one. With many gateways, `agents.duplex.shared_pool.SharedWorkerPool`
+does the same over a Redis registry, behind the same `DuplexPool` interface.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -47,14 +52,20 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 log = logging.getLogger(__name__)
 
 HealthCheck = Callable[[str], Awaitable[dict[str, Any] | None]]
-FallbackReason = Literal["no_worker", "queue_full", "worker_died", "worker_stalled", "worker_error"]
+FallbackReason = Literal[
+    "no_worker", "queue_full", "worker_died", "worker_stalled", "worker_error", "worker_busy"
+]
 FALLBACK_REASONS: tuple[FallbackReason, ...] = (
     "no_worker",
     "queue_full",
     "worker_died",
     "worker_stalled",
     "worker_error",
+    "worker_busy",
 )
+# A worker that said busy (1013) is passed over for the next one at most this many times
+# per call: each hop is a connect attempt, and the caller is waiting.
+MAX_BUSY_HOPS = 3
 
 # Seconds. Waiting for a worker is short when the pool has room and long when it does not;
 # a unit takes a fraction of its own length (1 s) when the worker keeps up.
@@ -122,6 +133,13 @@ class PoolMetrics:
             buckets=_UNIT_BUCKETS,
             registry=r,
         )
+        self.registry_errors = Counter(
+            "offhook_pool_registry_errors",
+            "Redis worker-registry operations that failed (REDIS_URL); calls fell back "
+            "to the cascade meanwhile.",
+            ["operation"],
+            registry=r,
+        )
         # Export every label at zero so dashboards see the series before the first event.
         for state in PoolWorkerState:
             self.workers.labels(state=state.value)
@@ -155,6 +173,30 @@ async def http_health(worker_url: str, *, timeout_s: float = 2.0) -> dict[str, A
     return body if isinstance(body, dict) else None
 
 
+class LeaseOwner(Protocol):
+    """What a `Lease` needs of the pool that handed it out."""
+
+    async def acquire(self, timeout_s: float) -> Lease: ...
+
+    def _release(self, worker: WorkerInfo, *, healthy: bool, reason: str = "") -> None: ...
+
+    def _release_busy(self, worker: WorkerInfo) -> None: ...
+
+
+class DuplexPool(Protocol):
+    """What a call needs of a pool: `WorkerPool` (a static list) or `SharedWorkerPool`
+    (the Redis registry shared by every gateway)."""
+
+    @property
+    def metrics(self) -> PoolMetrics | None: ...
+
+    async def acquire(self, timeout_s: float) -> Lease: ...
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
 class Lease:
     """Exclusive use of one worker until `release`; also an async context manager.
 
@@ -164,10 +206,13 @@ class Lease:
     cancellation halfway.
     """
 
-    def __init__(self, pool: WorkerPool, worker: WorkerInfo, waited_s: float) -> None:
+    def __init__(
+        self, pool: LeaseOwner, worker: WorkerInfo, waited_s: float, *, timeout_s: float = 0.0
+    ) -> None:
         self._pool = pool
         self.worker = worker
         self.waited_s = waited_s
+        self.timeout_s = timeout_s  # how long the holder was willing to wait for a worker
         self._released = False
 
     @property
@@ -192,6 +237,22 @@ class Lease:
             return
         self._released = True
         self._pool._release(self.worker, healthy=healthy, reason=reason)
+
+    async def next_after_busy(self) -> Lease:
+        """The worker closed our session with 1013 ("busy"): it is serving someone
+        else, which is no fault of its own. Give it back as busy (leased again once it
+        says idle; no `on_unhealthy`, so no supervisor kills it) and lease the next
+        worker, waiting as long as this lease's holder would. Raises `NoWorker` or
+        `QueueFull` as `acquire` does."""
+        self.release_busy()
+        return await self._pool.acquire(self.timeout_s)
+
+    def release_busy(self) -> None:
+        """Give back a worker that said busy (1013): healthy, but not free. Idempotent."""
+        if self._released:
+            return
+        self._released = True
+        self._pool._release_busy(self.worker)
 
     async def __aenter__(self) -> Lease:
         return self
@@ -252,7 +313,7 @@ class WorkerPool:
         if not self._queued():
             worker = self._take_idle()
             if worker is not None:
-                return self._lease(worker, loop.time() - started)
+                return self._lease(worker, loop.time() - started, timeout_s)
         if self._queued() >= self._max_queue:
             self._fallback("queue_full")
             raise QueueFull(f"{self._max_queue} callers are already waiting for a worker")
@@ -275,7 +336,7 @@ class WorkerPool:
                 self._fallback("no_worker")
                 raise NoWorker(f"no worker became free within {timeout_s:g} s") from None
             raise
-        return self._lease(worker, loop.time() - started)
+        return self._lease(worker, loop.time() - started, timeout_s)
 
     def snapshot(self) -> dict[str, Any]:
         counts = {state.value: 0 for state in PoolWorkerState}
@@ -313,11 +374,11 @@ class WorkerPool:
                 return worker
         return None
 
-    def _lease(self, worker: WorkerInfo, waited_s: float) -> Lease:
+    def _lease(self, worker: WorkerInfo, waited_s: float, timeout_s: float) -> Lease:
         if self._metrics is not None:
             self._metrics.wait_seconds.observe(waited_s)
         self._publish()
-        return Lease(self, worker, waited_s)
+        return Lease(self, worker, waited_s, timeout_s=timeout_s)
 
     def _release(self, worker: WorkerInfo, *, healthy: bool, reason: str = "") -> None:
         assert worker.url in self._leased, f"{worker.url} released but not leased"
@@ -333,6 +394,16 @@ class WorkerPool:
                     self._on_unhealthy(worker.url, reason or "unhealthy")
                 except Exception:
                     log.exception("on_unhealthy failed for %s", worker.url)
+        self._dispatch()
+
+    def _release_busy(self, worker: WorkerInfo) -> None:
+        """A worker that refused our session as busy (1013): not ours to use, not broken.
+        STARTING until its health check says idle again, as for a worker found busy by
+        that check."""
+        assert worker.url in self._leased, f"{worker.url} released but not leased"
+        self._leased.discard(worker.url)
+        log.info("worker %s is busy elsewhere: passed over until it says idle", worker.url)
+        worker.state = PoolWorkerState.STARTING
         self._dispatch()
 
     def _return(self, worker: WorkerInfo) -> None:

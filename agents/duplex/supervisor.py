@@ -37,11 +37,12 @@ from typing import Any
 
 from agents.duplex.local import spawn_worker
 from agents.duplex.pool import http_health
-from agents.environment import child_environment
+from agents.environment import SERVER_SECRETS, child_environment
 
 log = logging.getLogger(__name__)
 
 Health = Callable[[str], Awaitable[dict[str, Any] | None]]
+LOCAL_WORKER_DROPS = SERVER_SECRETS | {"REDIS_URL", "WORKER_URL"}
 Command = Callable[[int, int], list[str]]  # (index, port) → argv
 
 
@@ -84,7 +85,9 @@ class WorkerSupervisor:
             LocalWorker(index, first_port + index, f"ws://127.0.0.1:{first_port + index}")
             for index in range(count)
         ]
-        env = {**child_environment(), **(env or {})}  # no Twilio secrets
+        # No Twilio secrets. No registry either: local workers serve this gateway's own
+        # static list, and on 127.0.0.1 they are unreachable from any other gateway.
+        env = {**child_environment(drop=LOCAL_WORKER_DROPS), **(env or {})}
         # Each worker's own variables over the common ones (its LLM server).
         self._envs = [
             {**env, **(worker_envs[index] if index < len(worker_envs) else {})}

@@ -26,9 +26,10 @@ import enum
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -60,7 +61,8 @@ from agents.duplex.protocol import (
 
 log = logging.getLogger(__name__)
 
-BUSY_CLOSE_CODE = 1013  # "try again later": another session holds the worker
+BUSY_CLOSE_CODE = 1013  # "try again later": another session holds the worker (the
+# gateway's client, agents.duplex.client, has the same number: it takes the next worker)
 POLICY_CLOSE_CODE = 1008  # before accept: the handshake is refused (HTTP 403)
 
 
@@ -88,6 +90,8 @@ class IllegalTransition(RuntimeError):
 class WorkerStateMachine:
     def __init__(self) -> None:
         self.state = WorkerState.LOADING
+        # Told of every transition, after it (the registry heartbeat beats at once).
+        self.on_change: Callable[[], None] | None = None
 
     def to(self, new: WorkerState) -> None:
         if new not in _LEGAL[self.state]:
@@ -96,6 +100,18 @@ class WorkerStateMachine:
                 f"{self.state.value} it may go to {sorted(s.value for s in _LEGAL[self.state])}"
             )
         self.state = new
+        if self.on_change is not None:
+            self.on_change()
+
+
+class Announcer(Protocol):
+    """Tells gateways about this worker (agents.duplex.registry.WorkerRegistration)."""
+
+    def changed(self) -> None: ...
+
+    async def run(self) -> None: ...
+
+    async def deregister(self) -> None: ...
 
 
 @dataclass
@@ -355,12 +371,18 @@ def create_worker_app(
     token: str = "",
     session_timeout_s: float = 30.0,
     unit_deadline_factor: float = 10.0,
+    announcer: Callable[[WorkerStatus], Announcer] | None = None,
 ) -> Starlette:
     """The worker's ASGI app. The backend loads in the background; /health says when.
 
     `token`: the shared secret a session's handshake must present (empty: none asked).
+    `announcer`: builds what registers the worker with the gateways (REDIS_URL) from
+    its status; it runs while the app does and is told of every state change.
     """
     status = WorkerStatus(worker_id=worker_id, backend=backend.name)
+    announcing = announcer(status) if announcer is not None else None
+    if announcing is not None:
+        status.machine.on_change = announcing.changed
     expected = f"Bearer {token}".encode()
 
     async def load() -> None:
@@ -379,10 +401,17 @@ def create_worker_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with asyncio.TaskGroup() as tg:
             loading = tg.create_task(load())
+            beating = tg.create_task(announcing.run()) if announcing is not None else None
             try:
                 yield
             finally:
                 loading.cancel()
+                if beating is not None:
+                    beating.cancel()
+        if announcing is not None:
+            # Out of the registry at once (not a heartbeat TTL later), before the
+            # backend closes: no gateway leases a worker on its way out.
+            await _shielded(announcing.deregister(), "deregistration")
         aclose = getattr(backend, "aclose", None)  # backends that started processes
         if aclose is not None:
             await _shielded(aclose(), "backend close")

@@ -14,7 +14,8 @@ from agents.duplex.backend import DuplexBackend
 from agents.duplex.minicpmo import DEFAULT_MODEL, Loader, MiniCPMOBackend
 from agents.duplex.omni_voice import default_voice_wav
 from agents.duplex.protocol import MAX_WORKER_FRAME_BYTES
-from agents.duplex.worker import create_worker_app
+from agents.duplex.registry import DEFAULT_PREFIX, WorkerRegistration, open_redis
+from agents.duplex.worker import WorkerStatus, create_worker_app
 from agents.errors import BackendUnavailable
 
 
@@ -69,6 +70,13 @@ def worker_main(
     )
     parser.add_argument("--port", type=int, default=22400)
     parser.add_argument("--worker-id", default="")
+    parser.add_argument(
+        "--worker-url",
+        default=None,
+        help="with REDIS_URL: the address gateways reach this worker at, registered in "
+        "the worker registry (default $WORKER_URL, else ws://HOST:PORT for a loopback or "
+        "named --host)",
+    )
     parser.add_argument("--model", default=DEFAULT_MODEL, help="MiniCPM-o model id or folder")
     parser.add_argument(
         "--self-test",
@@ -89,6 +97,18 @@ def worker_main(
                 file=sys.stderr,
             )
             return 2
+    redis_url = settings.redis_url if settings is not None and not args.self_test else ""
+    worker_url = ""
+    if settings is not None and redis_url:
+        worker_url = _worker_url(args.worker_url or settings.worker_url, args.host, args.port)
+        if not worker_url:
+            print(
+                f"offhook worker: REDIS_URL is set but not WORKER_URL, and --host {args.host} "
+                "does not say where gateways reach this worker: set WORKER_URL (or "
+                "--worker-url), e.g. ws://10.0.0.7:22400",
+                file=sys.stderr,
+            )
+            return 2
     backend = _backend(args.backend, args.model, settings, minicpmo_loader)
     if args.self_test:
         if not isinstance(backend, MiniCPMOBackend):
@@ -96,11 +116,13 @@ def worker_main(
         return _self_test(backend, Path(args.self_test), Path(args.reply_wav))
     import uvicorn
 
+    worker_id = args.worker_id or f"{args.backend}-{args.port}"
     app = create_worker_app(
         backend,
-        worker_id=args.worker_id or f"{args.backend}-{args.port}",
+        worker_id=worker_id,
         token=token,
         session_timeout_s=settings.worker_session_timeout_s if settings is not None else 30.0,
+        announcer=registration(redis_url, worker_url, worker_id) if worker_url else None,
     )
     uvicorn.run(
         app,
@@ -111,6 +133,35 @@ def worker_main(
         log_level="info",
     )
     return 0
+
+
+def registration(
+    redis_url: str, worker_url: str, worker_id: str, *, prefix: str = DEFAULT_PREFIX
+) -> Callable[[WorkerStatus], WorkerRegistration]:
+    """What registers a worker under `worker_url` in the registry at `redis_url`, built
+    from its status when its app starts (the client is made on the app's event loop)."""
+
+    def announce(status: WorkerStatus) -> WorkerRegistration:
+        return WorkerRegistration(
+            open_redis(redis_url),
+            worker_url,
+            state=lambda: status.machine.state.value,
+            backend=status.backend,
+            worker_id=worker_id,
+            prefix=prefix,
+        )
+
+    return announce
+
+
+def _worker_url(given: str, host: str, port: int) -> str:
+    """WORKER_URL, or ws://HOST:PORT when --host names one address (not a wildcard)."""
+    if given:
+        return given
+    if host in ("0.0.0.0", "::", ""):
+        return ""
+    shown = f"[{host}]" if ":" in host else host
+    return f"ws://{shown}:{port}"
 
 
 def _self_test(backend: MiniCPMOBackend, question: Path, reply: Path) -> int:
