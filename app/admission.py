@@ -1,7 +1,8 @@
 """Who gets a call slot: webhook reservations, one stream per CallSid, pre-start sockets.
 
 Twilio's signature carries no timestamp, so a captured webhook replays as valid forever.
-What a replay can do is bounded here:
+What a replay can do is bounded here, with the CallSid's history kept by a `CallLedger`
+(this process's memory, or Redis shared by every gateway: app.call_ledger):
 - a CallSid is reserved at most once: a repeat of its webhook while the reservation
   waits keeps that one reservation (never renewed); once it has streamed, or its
   reservation lapsed, the CallSid is not reserved again;
@@ -10,19 +11,27 @@ What a replay can do is bounded here:
 - a reservation holds a slot only `hold_s` (Twilio opens the stream within a second or
   two), and reservations are capped apart from live calls: stale ones from replays never
   keep a genuine caller out.
-Every table is bounded and every entry expires.
+Slots are this gateway's own (MAX_CALLS each), never shared. Every table is bounded and
+every entry expires.
 """
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-REMEMBER_S = 6 * 3600.0
-MAX_REMEMBERED = 100_000  # CallSids; ~15 MB at most, reached only by real calls
+from app.call_ledger import (
+    MAX_REMEMBERED,
+    REMEMBER_S,
+    CallLedger,
+    LocalCallLedger,
+    Sighting,
+)
+
+__all__ = ["HOLD_S", "MAX_REMEMBERED", "REMEMBER_S", "Admission", "Reservation"]
+
 HOLD_S = 6.0  # the stream is due within START_TIMEOUT_S (5 s) of its socket, opened at once
 
 
@@ -47,45 +56,68 @@ class Admission:
     # How long a reservation keeps its slot from other callers.
     hold_s: float = HOLD_S
     max_remembered: int = MAX_REMEMBERED
+    # Where CallSids are remembered; None: in this process (a LocalCallLedger).
+    ledger: CallLedger | None = None
     active: int = 0
     pending: int = 0
     _reserved: dict[str, float] = field(default_factory=dict)  # CallSid -> reserved at
-    _live: set[str] = field(default_factory=set)  # CallSids of admitted calls
-    # CallSid -> (forget at, has streamed); oldest first.
-    _seen: OrderedDict[str, tuple[float, bool]] = field(default_factory=OrderedDict)
+
+    def __post_init__(self) -> None:
+        if self.ledger is None:
+            self.ledger = LocalCallLedger(
+                self.reserve_s,
+                clock=self.clock,
+                remember_s=self.remember_s,
+                max_remembered=self.max_remembered,
+            )
+
+    @property
+    def calls(self) -> CallLedger:
+        assert self.ledger is not None  # set in __post_init__
+        return self.ledger
 
     def _prune(self) -> float:
         now = self.clock()
         for sid in [sid for sid, at in self._reserved.items() if at + self.reserve_s <= now]:
-            del self._reserved[sid]  # lapsed; still in _seen: never reserved again
-        while self._seen:
-            sid, (forget_at, _) = next(iter(self._seen.items()))
-            if forget_at > now and len(self._seen) <= self.max_remembered:
-                break
-            del self._seen[sid]
+            del self._reserved[sid]  # lapsed; the ledger never reserves it again
         return now
-
-    def _remember(self, call_sid: str, now: float, *, streamed: bool) -> None:
-        was = self._seen.pop(call_sid, None)
-        self._seen[call_sid] = (now + self.remember_s, streamed or (was is not None and was[1]))
 
     def _holding(self, now: float) -> int:
         """Reservations still keeping their slot."""
         return sum(1 for at in self._reserved.values() if now - at < self.hold_s)
+
+    def _full(self, now: float) -> bool:
+        return self.active + self._holding(now) >= self.max_calls
 
     @property
     def reserved(self) -> int:
         self._prune()
         return len(self._reserved)
 
-    def reserve(self, call_sid: str) -> Reservation:
+    async def reserve(self, call_sid: str) -> Reservation:
         """At the webhook: hold a slot for this call's stream."""
         now = self._prune()
         if call_sid in self._reserved:
-            return Reservation.GRANTED  # a duplicate delivery: the same reservation
-        if call_sid in self._live or call_sid in self._seen:
+            # A duplicate delivery keeps the same reservation, unless its stream started
+            # meanwhile (with a shared ledger, perhaps on another gateway).
+            if await self.calls.reserve(call_sid) is Sighting.REPEATED:
+                self._reserved.pop(call_sid, None)
+                return Reservation.REPEATED
+            return Reservation.GRANTED
+        if self._full(now):
+            # A busy line reserves nothing, so a replay is still told apart from a caller.
+            repeated = await self.calls.seen(call_sid)
+            return Reservation.REPEATED if repeated else Reservation.BUSY
+        sighting = await self.calls.reserve(call_sid)
+        if sighting is Sighting.REPEATED:
             return Reservation.REPEATED
-        if self.active + self._holding(now) >= self.max_calls:
+        if sighting is Sighting.PENDING:
+            # Reserved by another gateway (Twilio's duplicate, delivered there first): the
+            # same reservation, so its stream may come here, but it holds no slot here;
+            # its window is the first delivery's, never renewed.
+            return Reservation.GRANTED
+        now = self._prune()  # the ledger was awaited: the slots may have changed
+        if self._full(now):
             return Reservation.BUSY
         if len(self._reserved) >= self.max_calls:
             # Capped apart from live calls: the oldest reservation, past its hold (one
@@ -93,40 +125,28 @@ class Admission:
             # come, is admitted like any other while a slot is free.
             del self._reserved[min(self._reserved, key=self._reserved.__getitem__)]
         self._reserved[call_sid] = now
-        self._remember(call_sid, now, streamed=False)
         return Reservation.GRANTED
 
-    def may_stream(self, call_sid: str) -> bool:
-        """This CallSid has not started a stream (nor is one live)."""
-        self._prune()
-        seen = self._seen.get(call_sid)
-        return call_sid not in self._live and not (seen is not None and seen[1])
-
-    def claim_stream(self, call_sid: str) -> bool:
-        """At `start`: False if this CallSid already started a stream (a replay)."""
-        now = self._prune()
-        if not self.may_stream(call_sid):
-            return False
-        self._remember(call_sid, now, streamed=True)
-        return True
+    async def claim_stream(self, call_sid: str) -> bool:
+        """At `start`: False if this CallSid already started a stream (a replay), here
+        or, with a shared ledger, on any gateway."""
+        return await self.calls.claim_stream(call_sid)
 
     def admit(self, call_sid: str) -> bool:
         """Take the call's reserved slot, or a free one; give it back with `release`."""
         now = self._prune()
         reserved_at = self._reserved.pop(call_sid, None)
         held = reserved_at is not None and now - reserved_at < self.hold_s
-        if not held and self.active + self._holding(now) >= self.max_calls:
+        if not held and self._full(now):
             return False
         self.active += 1
-        self._live.add(call_sid)
+        self.calls.live(call_sid)
         self.on_change(self.active)
         return True
 
     def release(self, call_sid: str) -> None:
-        now = self._prune()
         self.active -= 1
-        self._live.discard(call_sid)
-        self._remember(call_sid, now, streamed=True)
+        self.calls.ended(call_sid)
         self.on_change(self.active)
 
     def open_pending(self) -> bool:
@@ -137,3 +157,9 @@ class Admission:
 
     def close_pending(self) -> None:
         self.pending -= 1
+
+    async def start(self) -> None:
+        await self.calls.start()
+
+    async def aclose(self) -> None:
+        await self.calls.aclose()

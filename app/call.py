@@ -21,11 +21,12 @@ from agents.cascade.llm import ToolChat
 from agents.control import CallPolicy
 from agents.conversation import REDACTED_KEY, Conversation
 from agents.duplex.gateway import CallInputs, DuplexAgent
-from agents.duplex.pool import Lease, NoWorker, QueueFull, WorkerPool
+from agents.duplex.pool import DuplexPool, Lease, NoWorker, QueueFull
 from agents.inputs import Digits
 from agents.playback import Playback
 from agents.tasks import cancel_and_wait, create_task
 from agents.turns.settings import turn_taking
+from app.call_resume import is_resumed
 from app.control import Ended, SessionControls, rest_client
 from app.limits import KeypadLimit, MediaPace
 from callevents import (
@@ -87,7 +88,7 @@ class CallSession:
         metrics: Metrics,
         persona: str,
         recorder: CallRecorder | None = None,
-        pool: WorkerPool | None = None,
+        pool: DuplexPool | None = None,
     ) -> None:
         self.start = start
         self.recorder = recorder
@@ -123,6 +124,10 @@ class CallSession:
             if self.outbound
             else settings.greeting
         )
+        if is_resumed(start):
+            # The call carries on from a gateway that died: the TwiML has said "sorry,
+            # we were cut off" already, and the caller is not greeted twice.
+            self.greeting = ""
         self.ended: Ended | None = None
         self.answered_by: asyncio.Future[tuple[str, int | None]] = (
             asyncio.get_running_loop().create_future()

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
+from app.call_owners import EarlyReport
+from app.callback_routing import forward, holder_elsewhere
 from app.paths import CALL_STATUS_PATH
 from app.webhook import Refused, account_sid, call_sid, party, signed_form
 from callevents import CallStatus
@@ -63,9 +65,35 @@ async def call_status_callback(request: Request) -> Response:
         duration_s=int(duration) if duration.isascii() and duration.isdigit() else 0,
         sip_code=sip_code if sip_code.isascii() and sip_code.isdigit() else "",
     )
+    if sid not in services.calls:
+        holder = await holder_elsewhere(services, request, sid)
+        if holder is not None:
+            answer = await forward(services, request, form, CALL_STATUS_PATH, holder)
+            if answer is not None:
+                return answer
     log.info("call %s status: %s", sid, event.status)
     await _record(services, sid, event, peer)
     return Response(status_code=204)
+
+
+def status_report(event: CallStatus) -> EarlyReport:
+    """A status kept for the call's stream, which may start on another gateway."""
+    return {"kind": "status", "at": time.time(), **event.data()}
+
+
+def status_from_report(report: EarlyReport) -> tuple[float, CallStatus] | None:
+    """(wall-clock time it came, the status) of a kept report; None if not a status."""
+    if report.get("kind") != "status":
+        return None
+    try:
+        event = CallStatus(
+            status=str(report["status"]),
+            duration_s=int(report.get("duration_s") or 0),
+            sip_code=str(report.get("sip_code") or ""),
+        )
+        return float(report["at"]), event
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 async def _record(
@@ -88,19 +116,31 @@ async def _record(
         if await asyncio.to_thread(
             append_late_event, settings.calls_dir, call_sid, event.name, event.data()
         ):
+            services.record_closed(call_sid)  # its timeline changed: upload it again
             return
     except (OSError, RecordError, ValueError) as exc:
         log.warning("call %s: status %s not recorded: %s", call_sid, event.status, exc)
         return
     if session is not None:
         return  # its record could not be opened: nothing to add to
+    if event.status in NEVER_CONNECTED:
+        # Its stream will never start: what was kept for it (on any gateway) and this
+        # status make its record, here.
+        reports = await services.call_owners.take_early(call_sid)
+        kept = [status for r in reports if (status := status_from_report(r)) is not None]
+        now, wall = time.monotonic(), time.time()
+        early = [(now - (wall - at), e) for at, e in kept]
+        early += services.early_status.pop(call_sid, [])
+        early.sort(key=lambda item: item[0])
+        await _record_unconnected(services, call_sid, [*early, (now, event)], peer)
+        return
+    # Kept for the stream to come, which may start on any gateway; else kept here.
+    if await services.call_owners.keep_early(call_sid, status_report(event)):
+        return
     early = services.early_status.setdefault(call_sid, [])
     early.append((time.monotonic(), event))
     while len(services.early_status) > MAX_EARLY:  # calls whose stream never came
         del services.early_status[next(iter(services.early_status))]
-    if event.status in NEVER_CONNECTED:
-        services.early_status.pop(call_sid, None)
-        await _record_unconnected(services, call_sid, early, peer)
 
 
 def deliver_early_status(services: Services, session: CallSession) -> None:
@@ -137,3 +177,4 @@ async def _record_unconnected(
         log.warning("call %s: its status record could not be written: %s", call_sid, exc)
     finally:
         services.open_records.discard(call_sid)
+        services.record_closed(call_sid)

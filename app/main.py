@@ -20,10 +20,28 @@ from agents.duplex.supervisor import WorkerSupervisor
 from agents.loading import load_models
 from app.admission import Reservation
 from app.call import CallSession
+from app.call_owners import EarlyReport
+from app.call_resume import (
+    RESUME,
+    admission_key,
+    after_stream,
+    may_resume,
+    record_id,
+    resume_number,
+    resume_refusal,
+    stream_key,
+)
 from app.call_status import call_status_callback
 from app.heap import settle as settle_heap
 from app.metrics import CONTENT_TYPE
-from app.outbound import amd_callback, calls_endpoint, deliver_early, stream_parameters
+from app.outbound import (
+    amd_callback,
+    calls_endpoint,
+    deliver_early,
+    deliver_kept,
+    deliver_reports,
+    stream_parameters,
+)
 from app.paths import (
     AMD_PATH,
     CALL_STATUS_PATH,
@@ -32,6 +50,7 @@ from app.paths import (
     STATUS_PATH,
     VOICE_PATH,
 )
+from app.record_keeping import look_after_records
 from app.refusal_log import RefusalLog
 from app.services import Services, open_pool
 from app.settings import Settings
@@ -40,8 +59,6 @@ from app.webhook import account_sid as webhook_account_sid
 from app.webhook import call_sid as webhook_call_sid
 from recordings.errors import RecordError
 from recordings.recorder import CallRecorder
-from recordings.retention import retention_loop
-from recordings.store import RecordStore
 from telephony.errors import ProtocolError
 from telephony.protocol import Connected, Start
 from telephony.security import public_url, stream_url
@@ -59,6 +76,7 @@ NOT_READY_MESSAGE = "Sorry, the assistant is starting up. Please call again in a
 # WebSocket close codes: 1008 policy violation (bad signature or token), 1013 try again later.
 POLICY_VIOLATION = 1008
 TRY_AGAIN_LATER = 1013
+DRAIN_RETRY_S = 5  # a draining gateway's Retry-After for a webhook
 # Local workers load the same models as the gateway (cascade) or a 20 GB model from disk
 # (minicpmo); past this the app takes calls anyway, on the cascade until they are ready.
 LOCAL_WORKERS_READY_S = 300.0
@@ -84,10 +102,20 @@ async def voice_webhook(request: Request) -> Response:
         base = base_url(request, settings)
     except Refused as exc:
         return _refused(exc)
+    if services.drain.draining:
+        services.metrics.rejected_calls.labels(reason="draining").inc()
+        if settings.redis_url:  # other gateways share the public URL: the LB retries there
+            return PlainTextResponse("draining", 503, {"Retry-After": str(DRAIN_RETRY_S)})
+        return _twiml(say_and_hangup_twiml(BUSY_MESSAGE))
+    resume = resume_number(request.query_params.get(RESUME, ""))
+    if resume and (answer := await resume_refusal(services, request, form, call_sid)):
+        return answer
     if not services.takes_calls:
         services.metrics.rejected_calls.labels(reason="not_ready").inc()
         return _twiml(say_and_hangup_twiml(NOT_READY_MESSAGE))
-    reservation = services.admission.reserve(call_sid)
+    # A resumed call's new stream is admitted under a key of its own (app.call_resume).
+    key = admission_key(call_sid, resume)
+    reservation = await services.admission.reserve(key)
     if reservation is Reservation.REPEATED:
         # A CallSid that streamed, is live, or whose reservation lapsed: a replay of a
         # captured webhook. It gets no slot and no token (so no second stream).
@@ -98,7 +126,7 @@ async def voice_webhook(request: Request) -> Response:
         services.metrics.rejected_calls.labels(reason="busy").inc()
         return _twiml(say_and_hangup_twiml(BUSY_MESSAGE))
     parameters = {
-        "token": services.tokens.issue(call_sid),
+        "token": services.tokens.issue(key),
         "from": caller,
         "to": callee,
         **stream_parameters(request, form),
@@ -107,6 +135,7 @@ async def voice_webhook(request: Request) -> Response:
         stream_url(base, MEDIA_PATH),
         parameters,
         status_callback_url=public_url(base, STATUS_PATH),
+        **after_stream(settings, base, request, resume),
     )
     log.info("call %s from %s: streaming", call_sid, services.shown_number(caller))
     return _twiml(twiml)
@@ -163,16 +192,19 @@ async def media_stream(websocket: WebSocket) -> None:
         services.admission.close_pending()
     if start is None:
         return
-    if not services.admission.admit(start.call_sid):
+    key = stream_key(start)  # the CallSid, or a resumed call's key (app.call_resume)
+    record = record_id(start)  # ...and its own folder
+    if not services.admission.admit(key):
         services.metrics.rejected_calls.labels(reason="busy").inc()
         await stream.close(TRY_AGAIN_LATER, "busy")
         return
     # From here on the slot is ours: whatever fails, the finally gives it back.
     session: CallSession | None = None
+    held = False
     try:
         models = services.models
         assert models is not None  # _started_stream refused the call otherwise
-        recorder = await _start_record(services, start)
+        recorder = await _start_record(services, start, record)
         session = CallSession(
             start,
             stream,
@@ -191,14 +223,21 @@ async def media_stream(websocket: WebSocket) -> None:
 
         stream.on_protocol_error = report_in_call
         services.remember(session)
+        # Callbacks and resumes that land on other gateways find the call here.
+        held = True
+        await services.call_owners.hold(start.call_sid)
         deliver_early(services, session)
+        await deliver_kept(services, session)
         await session.run()
     finally:
-        services.open_records.discard(start.call_sid)
+        services.open_records.discard(record)
         services.forget(start.call_sid)
-        services.admission.release(start.call_sid)
+        services.record_closed(record)  # after forget: no longer being written
+        services.admission.release(key)
         outcome = session.outcome if session is not None else "error"
         services.metrics.calls.labels(outcome=outcome).inc()
+        if held:  # before the close: Twilio may ask to resume the moment it sees it
+            await services.call_owners.release(start.call_sid, resumable=may_resume(outcome))
         await stream.close(POLICY_VIOLATION if outcome == "flood" else 1000)
         log.info("call %s ended: %s", start.call_sid, outcome)
         services.sweeper.call_ended()
@@ -215,7 +254,7 @@ async def _started_stream(
 
     stream = TwilioStream(websocket, report)
     start = await _await_start(stream, services.refusals)
-    reason = _refusal(services, start)
+    reason = await _refusal(services, start)
     if reason is not None or start is None:
         if reason is not None:
             services.metrics.rejected_calls.labels(reason=reason).inc()
@@ -229,7 +268,7 @@ async def _started_stream(
     return stream, start
 
 
-def _refusal(services: Services, start: Start | None) -> str | None:
+async def _refusal(services: Services, start: Start | None) -> str | None:
     """Why this `start` may not begin a call (a rejection reason), or None."""
     if start is None:
         return None
@@ -238,16 +277,19 @@ def _refusal(services: Services, start: Start | None) -> str | None:
     expected_account = services.settings.twilio_account_sid
     if expected_account and start.account_sid != expected_account:
         return "wrong_account"
-    if not services.tokens.verify(start.call_sid, start.parameters.get("token", "")):
+    key = stream_key(start)
+    if not services.tokens.verify(key, start.parameters.get("token", "")):
         return "bad_call_token"
-    # Consumed: a token (and its CallSid) starts one stream, however often it is replayed.
-    if not services.admission.claim_stream(start.call_sid):
+    # Consumed: a token (and its CallSid) starts one stream, however often it is replayed,
+    # on this gateway or (REDIS_URL) any other.
+    if not await services.admission.claim_stream(key):
         return "replayed_call_token"
     return None
 
 
-async def _start_record(services: Services, start: Start) -> CallRecorder | None:
-    """Open the call's record; a record that cannot be opened must not cost the call."""
+async def _start_record(services: Services, start: Start, record: str) -> CallRecorder | None:
+    """Open the stream's record in folder `record`; one that cannot be opened must not
+    cost the call."""
     settings = services.settings
     if not settings.recording:
         return None
@@ -260,6 +302,8 @@ async def _start_record(services: Services, start: Start) -> CallRecorder | None
         "to": start.parameters.get("to", ""),
         "agent": "cascade",
         "fallbacks": [],
+        # A resumed stream's record names the call it carries on (app.call_resume).
+        **({"resumes": start.call_sid} if record != start.call_sid else {}),
         "versions": {
             "offhook": OFFHOOK_VERSION,
             "settings": settings.fingerprint(),
@@ -271,17 +315,17 @@ async def _start_record(services: Services, start: Start) -> CallRecorder | None
             },
         },
     }
-    services.open_records.add(start.call_sid)  # before the folder exists: repair must skip it
+    services.open_records.add(record)  # before the folder exists: repair must skip it
     try:
         return await asyncio.to_thread(
             CallRecorder,
             settings.calls_dir,
-            start.call_sid,
+            record,
             meta=meta,
             max_bytes=int(settings.max_record_mb * 1_000_000),
         )
     except (RecordError, OSError) as exc:
-        services.open_records.discard(start.call_sid)
+        services.open_records.discard(record)
         services.metrics.errors.labels(stage="recording").inc()
         log.error("call %s: cannot start its record: %s", start.call_sid, exc)
         return None
@@ -303,17 +347,34 @@ async def _await_start(stream: TwilioStream, refusals: RefusalLog) -> Start | No
 
 
 async def healthz(request: Request) -> Response:
-    """Readiness (also at /readyz): 200 only while calls can be answered, models loaded
-    and some LLM answering. The causes are in the server's log; strangers learn only
-    the state."""
+    """Readiness (also at /readyz): 200 only while new calls can be answered here:
+    models loaded, some LLM answering, a slot free and not draining. A load balancer
+    sends new calls only where it is 200 (deploy/haproxy.cfg); "full" and "draining"
+    gateways still serve their live calls. The causes are in the server's log;
+    strangers learn only the state."""
     services = _services(request)
     if services.load_error:
         return JSONResponse({"status": "error"}, status_code=503)
+    active = services.active_calls
+    if services.drain.draining:
+        return JSONResponse({"status": "draining", "active_calls": active}, status_code=503)
     if not services.ready.is_set():
         return JSONResponse({"status": "loading"}, status_code=503)
     if not services.llm_ready:
         return JSONResponse({"status": "llm_unavailable"}, status_code=503)
-    return JSONResponse({"status": "ok", "active_calls": services.active_calls})
+    if active >= services.settings.max_calls:
+        return JSONResponse({"status": "full", "active_calls": active}, status_code=503)
+    return JSONResponse({"status": "ok", "active_calls": active})
+
+
+def _deliver_late_reports(services: Services) -> Callable[[str, list[EarlyReport]], None]:
+    """Reports kept for a call just after its stream started here, handed to it."""
+
+    def deliver(call_sid: str, reports: list[EarlyReport]) -> None:
+        if (session := services.calls.get(call_sid)) is not None:
+            deliver_reports(session, reports)
+
+    return deliver
 
 
 async def livez(request: Request) -> Response:
@@ -355,6 +416,10 @@ def create_app(
             )
         async with AsyncExitStack() as stack:
             stack.push_async_callback(services.scheduler.aclose)  # after all the rest
+            await services.admission.start()  # asks nothing of Redis yet: never fails
+            stack.push_async_callback(services.admission.aclose)
+            await services.call_owners.start(on_early=_deliver_late_reports(services))
+            stack.push_async_callback(services.call_owners.aclose)
             background: list[asyncio.Task[None]] = []
             if services.models is not None:
                 services.adopt(services.models)
@@ -378,9 +443,7 @@ def create_app(
             if local_workers is not None and not services.load_error:
                 background.append(asyncio.create_task(local_workers.run(), name="workers"))
             if settings.recording:
-                background.append(
-                    asyncio.create_task(_look_after_records(services), name="records")
-                )
+                background.append(asyncio.create_task(look_after_records(services), name="records"))
             try:
                 yield
             finally:
@@ -407,19 +470,6 @@ def create_app(
     )
     app.state.services = services
     return app
-
-
-async def _look_after_records(services: Services) -> None:
-    """Repair what a crash left open, then apply retention daily."""
-    store = RecordStore(services.settings.calls_dir)
-    active = services.recording_now
-    try:
-        repaired = await asyncio.to_thread(store.repair, active())
-        if repaired:
-            log.warning("repaired %d call record(s) left open by a crash", len(repaired))
-    except Exception:
-        log.exception("repairing call records under %s failed", store.root)
-    await retention_loop(store, services.settings, active=active)
 
 
 async def _load(

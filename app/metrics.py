@@ -94,6 +94,40 @@ class Metrics:
             buckets=_QUEUE_BUCKETS,
             registry=r,
         )
+        # With RECORDS_URL (app/record_keeping.py): failed uploads are retried, the local
+        # copy kept meanwhile; a pending count that only grows is a store that is away.
+        self.record_uploads = Counter(
+            "offhook_record_uploads",
+            "Record uploads to the S3 store (RECORDS_URL), by outcome (uploaded, failed).",
+            ["outcome"],
+            registry=r,
+        )
+        self.records_pending_upload = Gauge(
+            "offhook_records_pending_upload",
+            "Finished call records kept locally until the S3 store has them.",
+            registry=r,
+        )
+
+        # With REDIS_URL (app/redis_ledger.py): a Redis that fails costs no call; each
+        # decision it could not take is taken with this gateway's own checks instead.
+        self.redis_up = Gauge(
+            "offhook_redis_up",
+            "1 while the shared Redis (REDIS_URL) answers, else 0 (also 0 without REDIS_URL).",
+            registry=r,
+        )
+        self.redis_errors = Counter(
+            "offhook_redis_errors",
+            "Redis commands that failed or timed out, by operation.",
+            ["op"],
+            registry=r,
+        )
+        self.redis_fallbacks = Counter(
+            "offhook_redis_fallbacks",
+            "Admission decisions taken with this gateway's local checks only, Redis being "
+            "unavailable, by operation.",
+            ["op"],
+            registry=r,
+        )
 
     def model_waited(self, stage: str, seconds: float) -> None:
         """`ModelScheduler`'s on_wait hook (called in a model thread; thread-safe)."""

@@ -17,13 +17,17 @@ import asyncio
 import json
 import logging
 import secrets
+import time
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from app.call_status import deliver_early_status
+from app.call_owners import EarlyReport
+from app.call_resume import RESUME, resume_number
+from app.call_status import deliver_early_status, status_from_report
+from app.callback_routing import forward, holder_elsewhere
 from app.control import rest_client
 from app.paths import AMD_PATH, CALL_STATUS_PATH, VOICE_PATH
 from app.settings import Settings
@@ -69,13 +73,17 @@ def voice_url(base: str, greeting: str) -> str:
 
 def stream_parameters(request: Request, form: WebhookForm) -> dict[str, str]:
     """What the voice webhook passes on to the stream about the call's direction and,
-    for a call we placed (signed URL), its greeting and AMD."""
+    for a call we placed (signed URL), its greeting and AMD; for a resumed call, which
+    resume it is. A stream may start on any gateway: all it needs is in these."""
     direction = form.get("Direction")[:32]
     parameters = {"direction": direction if direction.isprintable() else ""}
     query = request.query_params
     if query.get("outbound") == "1":
         parameters["amd"] = "1" if query.get("amd") == "1" else ""
         parameters["greeting"] = query.get("greeting", "")[:MAX_GREETING_CHARS]
+    if resume := resume_number(query.get(RESUME, "")):
+        # A resumed call (app.call_resume): its stream's token is keyed on this.
+        parameters[RESUME] = str(resume)
     return parameters
 
 
@@ -194,7 +202,15 @@ async def amd_callback(request: Request) -> Response:
     session = services.calls.get(sid)
     if session is not None:
         session.amd_result(answered_by, detection_ms)
-    else:  # the verdict can beat the stream's start
+        return Response(status_code=204)
+    holder = await holder_elsewhere(services, request, sid)
+    if holder is not None:
+        answer = await forward(services, request, form, AMD_PATH, holder)
+        if answer is not None:
+            return answer
+    # The verdict can beat the stream's start, which may come on any gateway.
+    report = {"kind": "amd", "answered_by": answered_by, "detection_ms": detection_ms}
+    if not await services.call_owners.keep_early(sid, report):
         services.early_amd[sid] = (answered_by, detection_ms)
         while len(services.early_amd) > MAX_EARLY_AMD:  # calls whose stream never came
             del services.early_amd[next(iter(services.early_amd))]
@@ -202,8 +218,27 @@ async def amd_callback(request: Request) -> Response:
 
 
 def deliver_early(services: Services, session: CallSession) -> None:
-    """Hand a new call what Twilio told us about it before its stream started."""
+    """Hand a new call what Twilio told us about it before its stream started (what
+    this gateway kept itself; `deliver_kept` hands it what the call owners kept)."""
     early = services.early_amd.pop(session.call_sid, None)
     if early is not None:
         session.amd_result(*early)
     deliver_early_status(services, session)
+
+
+async def deliver_kept(services: Services, session: CallSession) -> None:
+    """Hand a new call the reports kept for it, by this gateway or another."""
+    deliver_reports(session, await services.call_owners.take_early(session.call_sid))
+
+
+def deliver_reports(session: CallSession, reports: list[EarlyReport]) -> None:
+    """Kept answering-machine verdicts and statuses, each at the time it came."""
+    now = time.time()
+    for report in reports:
+        if report.get("kind") == "amd":
+            detection = report.get("detection_ms")
+            answered_by = str(report.get("answered_by") or "unknown")[:32]
+            session.amd_result(answered_by, detection if isinstance(detection, int) else None)
+        elif (status := status_from_report(report)) is not None:
+            at, event = status
+            session.record_event(event, t_ms=session.now() / 8 + (at - now) * 1000)

@@ -11,15 +11,23 @@ from typing import TYPE_CHECKING
 
 from agents.cascade.agent import CascadeModels
 from agents.cascade.llm_health import EmbeddedLlmSupervisor
-from agents.duplex.pool import PoolMetrics, WorkerPool
+from agents.config import shown_url
+from agents.duplex.pool import DuplexPool, PoolMetrics, WorkerPool
+from agents.duplex.registry import open_redis
+from agents.duplex.shared_pool import SharedWorkerPool
 
 # Model loading lives in agents/, where `offhook worker` can use it without the app; the
 # name stays importable from here for code not yet moved to `agents.loading`.
 from agents.loading import load_models
 from agents.scheduler import ModelScheduler
 from app.admission import Admission
+from app.call_ledger import LocalCallLedger
+from app.call_owners import call_owners
+from app.drain import Drain
 from app.heap import CallSweeper
 from app.metrics import Metrics
+from app.record_keeping import open_uploader
+from app.redis_ledger import RedisCallLedger, redis_client
 from app.refusal_log import RefusalLog
 from app.settings import Settings
 from callevents import CallStatus
@@ -50,6 +58,7 @@ class Services:
             reserve_s=RESERVE_S,
             max_pending=max(8, 2 * self.settings.max_calls),
             on_change=self.metrics.active_calls.set,
+            ledger=shared_call_ledger(self.settings, self.metrics),
         )
         # Read once: a persona file that goes missing later cannot fail a call.
         self.persona = self.settings.persona()
@@ -63,11 +72,17 @@ class Services:
         # forgotten at once; what is kept of it is its record and the metrics.
         self.calls: dict[str, CallSession] = {}
         self.open_records: set[str] = set()
+        # With RECORDS_URL: finished records go to the S3 store (app/record_keeping.py).
+        self.uploader = open_uploader(self)
         # Twilio's reports on calls whose stream has not started yet (outbound calls):
         # answering-machine verdicts, and status callbacks with when they came.
         self.early_amd: dict[str, tuple[str, int | None]] = {}
         self.early_status: dict[str, list[tuple[float, CallStatus]]] = {}
-        self.pool: WorkerPool | None = None
+        # Which gateway holds each call, for callbacks and resumes that land on another
+        # (app/call_owners.py; on Redis with REDIS_URL); and SIGTERM's drain (app/drain.py).
+        self.call_owners = call_owners(self.settings, self.metrics)
+        self.drain = Drain()
+        self.pool: DuplexPool | None = None
         # Every call's model jobs (STT, end of turn, TTS) go through this one scheduler,
         # on threads of its own, taking the calls in turn; its queue waits go to /metrics.
         # The app hands it to the models it loads (app.main) and closes it at shutdown.
@@ -111,6 +126,11 @@ class Services:
             if session.recorder is not None and not session.recorder.closed
         }
 
+    def record_closed(self, call_sid: str) -> None:
+        """A call's record was finished or changed after its end: upload it (RECORDS_URL)."""
+        if self.uploader is not None:
+            self.uploader.notify(call_sid)
+
     def remember(self, session: CallSession) -> None:
         self.calls[session.call_sid] = session
 
@@ -128,17 +148,44 @@ class Services:
         return number
 
 
+def shared_call_ledger(settings: Settings, metrics: Metrics) -> RedisCallLedger | None:
+    """With REDIS_URL, the CallSid ledger every gateway shares; else None (this process's
+    own). The Redis client connects on first use: a Redis that is down delays nothing."""
+    if not settings.redis_url:
+        return None
+    return RedisCallLedger(
+        redis_client(settings.redis_url),
+        local=LocalCallLedger(RESERVE_S),
+        holder=settings.gateway_url or f"http://{settings.host}:{settings.port}",
+        metrics=metrics,
+    )
+
+
 async def open_pool(
     services: Services,
     stack: AsyncExitStack,
     on_unhealthy: Callable[[str, str], None] | None = None,
-) -> WorkerPool | None:
+) -> DuplexPool | None:
     """The duplex worker pool, when workers are configured; health checks start now.
 
+    DUPLEX_WORKERS (or local workers): a static list. Else, with REDIS_URL: the workers
+    registered there, leased in one queue shared with every gateway.
     `on_unhealthy(url, reason)` hears of every lease given back broken (a supervisor of
     local workers restarts those).
     """
     urls = services.settings.worker_urls
+    if not urls and services.settings.redis_url:
+        shared = SharedWorkerPool(
+            open_redis(services.settings.redis_url),
+            gateway_id=services.settings.gateway_url,
+            max_queue=services.settings.duplex_queue,
+            metrics=PoolMetrics(services.metrics.registry),
+            on_unhealthy=on_unhealthy,
+        )
+        await shared.start()
+        stack.push_async_callback(shared.aclose)
+        log.info("duplex workers: the registry at %s", shown_url(services.settings.redis_url))
+        return shared
     if not urls:
         return None
     pool = WorkerPool(

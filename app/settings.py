@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.config import shown_url
+from recordings.s3_location import S3Location
 from telephony.twiml import is_transfer_target
 
 
@@ -411,6 +412,13 @@ class Settings:
         "Empty: records stay in DATA_DIR.",
         url=True,
     )
+    drain_timeout_s: float = _env_field(
+        "DRAIN_TIMEOUT_S",
+        3600.0,
+        "After SIGTERM, `serve` takes no new calls and exits once its live calls have "
+        "ended, or after this many seconds (then the calls still live are cut: with "
+        "REDIS_URL they resume on another gateway). Set it to MAX_CALL_S or more.",
+    )
     # --- playout -----------------------------------------------------------------------
     chunk_ms: int = _env_field(
         "CHUNK_MS",
@@ -556,6 +564,11 @@ class Settings:
             raise SettingsError(f"MAX_MEDIA_RATE must be >= 1.0, got {self.max_media_rate}")
         if self.max_record_mb <= 0:
             raise SettingsError(f"MAX_RECORD_MB must be > 0, got {self.max_record_mb}")
+        if self.records_url:
+            try:
+                S3Location.parse(self.records_url)
+            except ValueError as exc:
+                raise SettingsError(str(exc)) from None
         if self.twilio_account_sid and not ACCOUNT_SID.fullmatch(self.twilio_account_sid):
             raise SettingsError("TWILIO_ACCOUNT_SID must look like AC followed by 32 hex digits")
 

@@ -9,8 +9,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING, Any
 
 from app.settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from app.services import Services
+
+DRAIN_GRACE_S = 2.0  # streams due for webhooks answered just before SIGTERM
 
 
 def _configure_logging(level: str) -> None:
@@ -77,7 +85,7 @@ def serve(args: argparse.Namespace) -> int:
         ),
     )
     limit_refusal_logs()  # after uvicorn's logging setup, which the Config did
-    server = uvicorn.Server(config)
+    server = draining_server(config, app.state.services)
     server.run()
     if fatal:
         print(f"offhook serve: cannot start: {fatal[0]}", file=sys.stderr)
@@ -85,6 +93,45 @@ def serve(args: argparse.Namespace) -> int:
     if not server.started:
         return 3  # uvicorn's own start failed (a taken port); it said why
     return 0
+
+
+def draining_server(config: uvicorn.Config, services: Services) -> uvicorn.Server:
+    """uvicorn's server, draining at SIGTERM (app.drain): no new calls, the live ones
+    go on, and it exits 0 once they have ended or DRAIN_TIMEOUT_S has passed. A second
+    SIGTERM, or SIGINT, stops it at once, as uvicorn always did."""
+    import asyncio
+    import signal
+    from types import FrameType
+
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        loop: asyncio.AbstractEventLoop | None = None
+        _draining: asyncio.Future[None] | None = None
+
+        async def serve(self, sockets: list[Any] | None = None) -> None:
+            self.loop = asyncio.get_running_loop()
+            await super().serve(sockets)
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if sig == signal.SIGTERM and self.loop is not None and not services.drain.draining:
+                # Not uvicorn's capture: it would re-raise SIGTERM at exit (status 143).
+                services.drain.begin()
+                self.loop.call_soon_threadsafe(self._drain)
+                return
+            super().handle_exit(sig, frame)
+
+        def _drain(self) -> None:
+            self._draining = asyncio.ensure_future(self._drain_then_exit())
+
+        async def _drain_then_exit(self) -> None:
+            # A stream whose webhook was answered just before is still let in meanwhile.
+            await asyncio.sleep(DRAIN_GRACE_S)
+            timeout_s = max(0.0, services.settings.drain_timeout_s - DRAIN_GRACE_S)
+            await services.drain.wait_idle(lambda: services.active_calls, timeout_s)
+            self.should_exit = True
+
+    return DrainingServer(config)
 
 
 def models(args: argparse.Namespace) -> int:

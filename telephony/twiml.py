@@ -42,15 +42,29 @@ def connect_stream_twiml(
     stream_url: str,
     parameters: Mapping[str, str],
     status_callback_url: str | None = None,
+    *,
+    redirect_url: str | None = None,
+    say_first: str | None = None,
 ) -> str:
     """`<Connect><Stream>`: the bidirectional stream, with `parameters` as <Parameter>s.
 
-    `<Connect>` blocks until our server closes the socket; Twilio then runs the next verb.
-    That is `<Hangup/>`: closing the stream ends the call (nothing after `</Connect>`
-    would end it too; the explicit verb keeps it so if verbs are ever added).
-    https://www.twilio.com/docs/voice/twiml/connect
+    `<Connect>` blocks until the socket closes; Twilio then runs the next verb
+    (https://www.twilio.com/docs/voice/twiml/stream,
+    https://www.twilio.com/docs/voice/twiml/connect). Without `redirect_url` that is
+    `<Hangup/>`: closing the stream ends the call (nothing after `</Connect>` would end it
+    too; the explicit verb keeps it so if verbs are ever added). With it, `<Redirect>`:
+    Twilio fetches new TwiML from that URL (POST, signed), and the call goes on; the
+    server ends calls on purpose so that this never runs (app.call_resume).
+    `say_first` is spoken by Twilio before the stream opens.
     """
     _check_stream_url(stream_url)
+    if redirect_url is not None:
+        redirect = urlsplit(redirect_url)
+        if redirect.scheme not in ("http", "https") or not redirect.netloc:
+            raise ValueError(f"expected an http(s):// redirect URL, got {redirect_url!r}")
+        _xml_text("the redirect URL", redirect_url)
+    if say_first is not None and not say_first.strip():
+        raise ValueError("expected text to say first, got only whitespace")
     _xml_text("the stream URL", stream_url)
     for name, value in parameters.items():
         if not name:
@@ -70,6 +84,8 @@ def connect_stream_twiml(
         _xml_text("the status callback URL", status_callback_url)
 
     response = VoiceResponse()
+    if say_first is not None:
+        response.say(_xml_text("the text to say first", say_first))
     connect = response.connect()
     stream = connect.stream(
         url=stream_url,
@@ -78,6 +94,16 @@ def connect_stream_twiml(
     )
     for name, value in parameters.items():
         stream.parameter(name=name, value=value)
+    if redirect_url is not None:
+        response.redirect(redirect_url, method="POST")
+    else:
+        response.hangup()
+    return str(response.to_xml())
+
+
+def hangup_twiml() -> str:
+    """`<Hangup/>` alone: a call that must not go on (one the bot ended on purpose)."""
+    response = VoiceResponse()
     response.hangup()
     return str(response.to_xml())
 
