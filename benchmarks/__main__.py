@@ -37,6 +37,10 @@ them. From a source checkout, with the dev dependencies: benchmarks are not inst
                                       for `stt.assess` (benchmarks/stt_evidence.py)
     python -m benchmarks llama-build  tokens per second of llama.cpp builds, portable vs
                                       native (benchmarks/llama_build.py)
+    python -m benchmarks cluster      two gateways behind HAProxy, two workers, Redis
+                                      and an S3 store on one box: calls spread, a
+                                      worker, a gateway and Redis lost mid-call, a
+                                      gateway drained (benchmarks/cluster.py)
     python -m benchmarks judge        turn judges on caller lines nobody here wrote
                                       (chatterbot-corpus, fresh each run): pauses cut
                                       off, waits at turn ends, tuning and held-out
@@ -74,7 +78,18 @@ def _own(name: str) -> Callable[[list[str]], int]:
 
 
 def parser() -> argparse.ArgumentParser:
-    from benchmarks import abuse, call, duplex, frontend, hearing, lanes, llm, recorder, soak
+    from benchmarks import (
+        abuse,
+        call,
+        cluster,
+        duplex,
+        frontend,
+        hearing,
+        lanes,
+        llm,
+        recorder,
+        soak,
+    )
     from benchmarks.turns import add_parser as add_turns_parser
 
     top = argparse.ArgumentParser(
@@ -94,6 +109,7 @@ def parser() -> argparse.ArgumentParser:
         soak.add_parser(sub),
         abuse.add_parser(sub),
         llm.add_parser(sub),
+        cluster.add_parser(sub),
     ]
     for bench in benches:
         bench.add_argument("--json", type=Path, help="also write the results here")

@@ -13,10 +13,11 @@ import pytest
 from benchmarks.__main__ import OWN_ARGUMENTS, parser
 from benchmarks.provenance import app_settings, options, provenance
 
-# What `offhook bench --help` offered, the scripts with their own arguments, and the
-# turn judges on fresh corpus speech.
+# What `offhook bench --help` offered, the scripts with their own arguments, the turn
+# judges on fresh corpus speech, and the cluster on one box.
 NAMES = {"call", "frontend", "recorder", "units", "takeover", "pool", "hearing", "stt"}
 NAMES |= {"turns", "lanes", "soak", "abuse", "llm", "stt-evidence", "llama-build", "judge"}
+NAMES |= {"cluster"}
 
 
 def _commands() -> set[str]:
