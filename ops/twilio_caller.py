@@ -185,6 +185,7 @@ class _Call:
         # after <Connect> ends the call.
         self._redirect = redirect
         self._switching = False
+        self._stream_began_ms = 0.0  # call-clock ms where the current stream started
         self._script = script
         self._config = config
         self._report = report
@@ -290,7 +291,13 @@ class _Call:
         payload = mulaw_encode(speech) if speech.any() else MULAW_SILENCE_FRAME
         self._caller_frames.append(mulaw_decode(payload))
         await self._send(
-            partial(self._writer.media, payload, timestamp_ms=round(samples_to_ms(start)))
+            # Twilio stamps media from the start of its stream: a redirected call's new
+            # stream counts from 0 again.
+            partial(
+                self._writer.media,
+                payload,
+                timestamp_ms=max(0, round(samples_to_ms(start) - self._stream_began_ms)),
+            )
         )
 
     async def _echo_marks(self, names: Sequence[str]) -> None:
@@ -341,6 +348,8 @@ class _Call:
         async with self._send_lock:
             self._ws, self._writer = ws, writer
             self._report.stream_sid = writer.stream_sid
+            # Frames are 20 ms apart on the call clock: the next one is this stream's 0.
+            self._stream_began_ms = -(-self._now_ms() // 20) * 20
             self._switching = False
         await self._send(self._writer.connected)
         await self._send(lambda: self._writer.start(parameters))

@@ -37,6 +37,8 @@ class Server:
     resume_status: int = 200
     forms: list[dict[str, str]] = field(default_factory=list)
     starts: list[dict[str, object]] = field(default_factory=list)
+    # The second stream's media timestamps, as the caller stamped them.
+    stamps: list[int] = field(default_factory=list)
 
 
 def _tone(samples: int) -> np.ndarray:
@@ -93,7 +95,9 @@ def _app(server: Server) -> Starlette:
                  "media": {"payload": payload}}
             )
             while True:
-                await ws.receive_text()
+                message = json.loads(await ws.receive_text())
+                if message["event"] == "media":
+                    server.stamps.append(int(message["media"]["timestamp"]))
         except (WebSocketDisconnect, RuntimeError):
             pass
 
@@ -165,6 +169,9 @@ async def test_a_closed_stream_followed_by_a_redirect_carries_the_call_on(
     # The second stream's audio reached the caller's ear, after the redirect.
     assert report.bot_utterances and report.bot_utterances[0][0] >= closed
     assert not report.server_closed  # the caller hung up at the end, not the server
+    # Twilio stamps a stream's media from its own start: the new stream's from 0.
+    assert running.stamps and running.stamps[0] <= 40, running.stamps[:3]
+    assert running.stamps == sorted(running.stamps)
     assert not report.protocol_violations
 
 
