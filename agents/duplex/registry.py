@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 log = logging.getLogger(__name__)
@@ -151,8 +153,14 @@ def registry_state(worker_state: str) -> str:
 
 def open_redis(url: str) -> Redis:
     """A client for the registry. Timeouts are applied per command with asyncio, since
-    a socket timeout would cut the gateways' blocking waits short."""
-    return Redis.from_url(url, socket_connect_timeout=COMMAND_TIMEOUT_S, decode_responses=True)
+    a socket timeout would cut the gateways' blocking waits short. One immediate retry
+    takes a fresh connection for a pooled one a restarted Redis closed."""
+    return Redis.from_url(
+        url,
+        socket_connect_timeout=COMMAND_TIMEOUT_S,
+        decode_responses=True,
+        retry=Retry(NoBackoff(), 1),
+    )
 
 
 class WorkerRegistration:
