@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -75,17 +76,23 @@ class RunResult:
         }
 
 
-def _config(url: str, index: int, on_turn_start: Callable[[int, float], None] | None = None
-            ) -> SimulationConfig:
+def _config(
+    url: str,
+    index: int,
+    on_turn_start: Callable[[int, float], None] | None = None,
+    call_sid: str | None = None,
+) -> SimulationConfig:
     first, second = QUESTIONS[index % len(QUESTIONS)], QUESTIONS[(index + 3) % len(QUESTIONS)]
     return SimulationConfig(
         base_url=url,
         auth_token=BENCH_TOKEN,
         turns=[CallerTurn(text=first, after="bot_done", delay_ms=300),
                CallerTurn(text=second, after="bot_done", delay_ms=300)],
-        hangup_after_ms=3000,
+        # A caller waits a while for an answer on a loaded box before hanging up.
+        hangup_after_ms=8000,
         max_call_s=90,
         on_turn_start=on_turn_start,
+        call_sid=call_sid,
     )
 
 
@@ -106,11 +113,15 @@ async def _calls(cluster: Cluster, result: RunResult, count: int, concurrent: in
         await asyncio.gather(*(_call(result, _config(cluster.public_url, i)) for i in batch))
 
 
-def _holding(cluster: Cluster) -> Gateway | None:
-    for gateway in cluster.gateways:
-        if gateway.health()[1].get("active_calls"):
-            return gateway
-    return None
+def _holding(cluster: Cluster, call_sid: str) -> Gateway | None:
+    """The gateway that says, in Redis, it holds `call_sid` (app/call_owners.py)."""
+    import redis
+
+    raw = redis.Redis.from_url(cluster.redis.url).get(f"offhook:{{{call_sid}}}:holder")
+    if not raw:
+        return None
+    holder = json.loads(raw).get("gateway", "")
+    return next((g for g in cluster.gateways if g.url == holder), None)
 
 
 def _busy_worker(cluster: Cluster) -> Process | None:
@@ -120,7 +131,7 @@ def _busy_worker(cluster: Cluster) -> Process | None:
             state = httpx.get(f"{url}/health", timeout=2).json().get("state")
         except (httpx.HTTPError, ValueError):
             continue
-        if state == "busy":
+        if state in ("duplex_active", "duplex_paused"):
             return worker
     return None
 
@@ -132,28 +143,34 @@ def _cost(report: CallReport, fault_ms: float) -> float | None:
 
 
 async def _faulted_call(
-    cluster: Cluster, result: RunResult, index: int, act: Callable[[], str]
+    cluster: Cluster, result: RunResult, index: int, act: Callable[[str], str]
 ) -> None:
-    """One call; `act` strikes FAULT_AFTER_S into its second question, says what it did."""
+    """One call; `act(call_sid)` strikes FAULT_AFTER_S into its second question and says
+    what it did (a line starting "no " when it found nothing to strike)."""
     loop = asyncio.get_running_loop()
+    call_sid = "CA" + secrets.token_hex(16)
     fault_ms: list[float] = []
+    struck: list[str] = []
 
     def on_turn_start(turn: int, start_ms: float) -> None:
         if turn == 1 and not fault_ms:
             fault_ms.append(start_ms + FAULT_AFTER_S * 1000)
 
             def strike() -> None:
-                result.notes.append(act())
+                struck.append(act(call_sid))
 
             loop.call_later(FAULT_AFTER_S, lambda: loop.run_in_executor(None, strike))
 
-    report = await _call(result, _config(cluster.public_url, index, on_turn_start))
-    if report is not None and fault_ms:
-        cost = _cost(report, fault_ms[0])
-        if cost is None:
-            result.notes.append(f"{report.call_sid}: the bot was not heard after the fault")
-        else:
-            result.fault_cost_ms.append(cost)
+    config = _config(cluster.public_url, index, on_turn_start, call_sid=call_sid)
+    report = await _call(result, config)
+    result.notes.extend(struck)
+    if report is None or not fault_ms or not struck or struck[0].startswith("no "):
+        return
+    cost = _cost(report, fault_ms[0])
+    if cost is None:
+        result.notes.append(f"{report.call_sid}: the bot was not heard after the fault")
+    else:
+        result.fault_cost_ms.append(cost)
 
 
 def _kill_worker(cluster: Cluster) -> str:
@@ -164,16 +181,16 @@ def _kill_worker(cluster: Cluster) -> str:
     return f"SIGKILL {worker.name}"
 
 
-def _kill_gateway(cluster: Cluster) -> str:
-    gateway = _holding(cluster)
+def _kill_gateway(cluster: Cluster, call_sid: str) -> str:
+    gateway = _holding(cluster, call_sid)
     if gateway is None:
         return "no gateway held a call: nothing killed"
     gateway.process.signal(signal.SIGKILL)
     return f"SIGKILL {gateway.process.name}"
 
 
-def _drain_gateway(cluster: Cluster, exits: list[int | None]) -> str:
-    gateway = _holding(cluster)
+def _drain_gateway(cluster: Cluster, call_sid: str, exits: list[int | None]) -> str:
+    gateway = _holding(cluster, call_sid)
     if gateway is None:
         return "no gateway held a call: nothing drained"
     gateway.process.signal(signal.SIGTERM)
@@ -186,16 +203,30 @@ def _drain_gateway(cluster: Cluster, exits: list[int | None]) -> str:
     return f"SIGTERM {gateway.process.name}"
 
 
+def _stuck_calls(cluster: Cluster, timeout_s: float = 60) -> int:
+    """Calls a live gateway still counts once every caller has hung up: each is a slot
+    (and a record) lost. Waits for the records' last writes first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        live = [g for g in cluster.gateways if g.process.alive]
+        stuck = sum(int(str(g.health()[1].get("active_calls", 0))) for g in live)
+        if stuck == 0 or time.monotonic() > deadline:
+            return stuck
+        time.sleep(1)
+
+
 def _records_listed(cluster: Cluster, placed: list[str]) -> dict[str, object]:
     """`offhook calls list --json` with only RECORDS_URL and the AWS variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS", "DATA_DIR"))}
     env.update(cluster.records_env())
     env["DATA_DIR"] = str(cluster.workdir / "nowhere")
+    env["COLUMNS"] = "250"  # call ids whole in the table
     deadline = time.monotonic() + 120
     missing = list(placed)
     while True:
         answer = subprocess.run(
-            [sys.executable, "-m", "cli", "calls", "list", "--json", "--limit", "10000"],
+            [sys.executable, "-m", "cli", "calls", "--records-url", env["RECORDS_URL"],
+             "list", "--limit", "10000"],
             env=env, capture_output=True, text=True, timeout=120,
         )
         listed = answer.stdout
@@ -215,7 +246,7 @@ async def _run_all(args: argparse.Namespace) -> dict[str, object]:
     try:
         run = RunResult("single")
         await _calls(single, run, args.calls, args.concurrent)
-        results["single"] = run.summary()
+        results["single"] = run.summary() | {"stuck_calls": _stuck_calls(single)}
         placed += run.placed
         results["records_single"] = _records_listed(single, run.placed)
     finally:
@@ -225,17 +256,17 @@ async def _run_all(args: argparse.Namespace) -> dict[str, object]:
     try:
         run = RunResult("spread")
         await _calls(cluster, run, args.calls, args.concurrent)
-        results["spread"] = run.summary()
+        results["spread"] = run.summary() | {"stuck_calls": _stuck_calls(cluster)}
         everything = list(run.placed)
 
         run = RunResult("worker-kill")
-        await _faulted_call(cluster, run, 0, lambda: _kill_worker(cluster))
-        results["worker-kill"] = run.summary()
+        await _faulted_call(cluster, run, 0, lambda sid: _kill_worker(cluster))
+        results["worker-kill"] = run.summary() | {"stuck_calls": _stuck_calls(cluster)}
         everything += run.placed
 
         run = RunResult("redis-restart")
 
-        def restart() -> str:
+        def restart(call_sid: str) -> str:
             cluster.redis.restart()
             return "redis-server restarted (empty)"
 
@@ -243,12 +274,12 @@ async def _run_all(args: argparse.Namespace) -> dict[str, object]:
         loads += [_call(run, _config(cluster.public_url, i)) for i in range(1, 2 * args.concurrent)]
         await asyncio.gather(*loads)
         await _call(run, _config(cluster.public_url, 5))
-        results["redis-restart"] = run.summary()
+        results["redis-restart"] = run.summary() | {"stuck_calls": _stuck_calls(cluster)}
         everything += run.placed
 
         run = RunResult("gateway-kill")
-        await _faulted_call(cluster, run, 1, lambda: _kill_gateway(cluster))
-        results["gateway-kill"] = run.summary()
+        await _faulted_call(cluster, run, 1, lambda sid: _kill_gateway(cluster, sid))
+        results["gateway-kill"] = run.summary() | {"stuck_calls": _stuck_calls(cluster)}
         everything += run.placed
         for index, gateway in enumerate(cluster.gateways):
             if not gateway.process.alive:
@@ -257,11 +288,14 @@ async def _run_all(args: argparse.Namespace) -> dict[str, object]:
 
         run = RunResult("drain")
         exits: list[int | None] = []
-        await _faulted_call(cluster, run, 2, lambda: _drain_gateway(cluster, exits))
+        await _faulted_call(cluster, run, 2, lambda sid: _drain_gateway(cluster, sid, exits))
         await _call(run, _config(cluster.public_url, 4))  # placed while it drains
-        await asyncio.sleep(2)
+        for _ in range(60):
+            if not exits or exits[-1] is not None:
+                break
+            await asyncio.sleep(1)
         run.notes.append(f"drained gateway exit code: {exits[-1] if exits else 'n/a'}")
-        results["drain"] = run.summary()
+        results["drain"] = run.summary() | {"stuck_calls": _stuck_calls(cluster)}
         everything += run.placed
 
         results["records_cluster"] = _records_listed(cluster, everything)

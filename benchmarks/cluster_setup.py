@@ -126,7 +126,7 @@ class Cluster:
             "TWILIO_AUTH_TOKEN": BENCH_TOKEN,
             "GREETING": GREETING,
             "LLM_MAX_TOKENS": str(MAX_TOKENS),
-            "LOG_LEVEL": "WARNING",
+            "LOG_LEVEL": "INFO",  # each process's log file is the run's post-mortem
             **self.records_env(),
             **extra,
         }
