@@ -502,9 +502,24 @@ class CallSession:
     async def _lease_worker(self) -> Lease | None:
         if self.pool is None:
             return None
+        # The call may end while we wait, and a pool's I/O can lose that cancellation
+        # (asyncio.wait_for on Python 3.11, gh-86296): an agent started after it would
+        # serve nobody, and `run` would wait for it forever. `cancelling()` still says so.
+        task = asyncio.current_task()
+        cancels = task.cancelling() if task is not None else 0
+
+        def ended() -> bool:
+            return task is not None and task.cancelling() > cancels
+
         try:
-            return await self.pool.acquire(timeout_s=self.settings.duplex_wait_ms / 1000)
+            lease = await self.pool.acquire(timeout_s=self.settings.duplex_wait_ms / 1000)
         except (NoWorker, QueueFull) as exc:
+            if ended():
+                raise asyncio.CancelledError from None
             reason = "queue_full" if isinstance(exc, QueueFull) else "no_worker"
             self._log_event(Fallback(source="duplex", target="cascade", reason=reason))
             return None
+        if ended():
+            lease.release()
+            raise asyncio.CancelledError
+        return lease

@@ -82,3 +82,16 @@ async def test_a_resumed_stream_is_not_greeted_and_keeps_a_record_of_its_own(
     resumed = store.open(f"{call_sid}-resume1")
     assert resumed.meta["resumes"] == call_sid  # the call it carries on
     assert "resumes" not in store.open(call_sid).meta
+
+
+async def test_a_resumed_stream_that_floods_gives_its_slot_back(
+    servers: ServerThread, redis_url: str
+) -> None:
+    bot = gateway(servers, redis_url)
+    call_sid = new_sid()
+    ws, twilio = await _stream(bot, call_sid, 1)
+    # Stamped 20 s into a stream that began a moment ago: far faster than real time.
+    for frame in range(3):
+        await ws.send(twilio.media(b"\xff" * 160, 20_000 + frame * 20))
+    assert await close_code(ws) is not None
+    await until_idle(bot)

@@ -20,6 +20,12 @@ agents.duplex.registry; here:
   logged (once per outage), counted in `offhook_pool_registry_errors_total`, and the
   call goes to the cascade at once (`NoWorker`). Calls already on a worker go on: their
   audio never passes through Redis, and a lease that cannot be renewed is only a key.
+- **A cancelled wait stays cancelled.** redis-py sends every command under
+  `asyncio.wait_for`, which on Python 3.11 loses a cancellation that arrives in the loop
+  turn the send finishes in (CPython gh-86296). A call that ended while it leased then
+  went on to the cascade with nobody left to stop it. `acquire` checks its task's
+  `cancelling()` after each command and raises `CancelledError`, never `NoWorker`, and
+  gives back a lease it took meanwhile.
 
 Metrics are this gateway's own share, so they add up across gateways: its leases
 (`offhook_pool_workers{state="busy"}`) and its waiting calls; the registry's idle
@@ -86,6 +92,26 @@ return 0
 RedisFailure = (RedisError, OSError, TimeoutError)
 
 
+class _CancelWatch:
+    """Whether the current task was asked to stop since this was made, though the
+    CancelledError never reached us (lost inside redis-py's `asyncio.wait_for` on Python
+    3.11): `Task.cancel` counts every request in `cancelling()`, and only an `uncancel`
+    (asyncio.timeout's, when it turns its own cancellation into TimeoutError) takes one
+    back."""
+
+    def __init__(self) -> None:
+        self._task = asyncio.current_task()
+        self._before = self._task.cancelling() if self._task is not None else 0
+
+    def requested(self) -> bool:
+        return self._task is not None and self._task.cancelling() > self._before
+
+    def check(self) -> None:
+        """Raise the cancellation that was lost, if one was."""
+        if self.requested():
+            raise asyncio.CancelledError
+
+
 class SharedWorkerPool:
     def __init__(
         self,
@@ -134,28 +160,38 @@ class SharedWorkerPool:
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + timeout_s
+        stop = _CancelWatch()
         self._waiting += 1
         self._publish()
         try:
             # A cluster with no duplex workers at all (cascade only) must not make every
             # call wait DUPLEX_WAIT_MS for one: no live heartbeat, no wait.
-            if not await self._any_registered():
+            registered = await self._any_registered()
+            stop.check()
+            if not registered:
                 self._ok()
                 self._fallback("no_worker")
                 raise NoWorker("no duplex worker is registered")
             while (remaining := deadline - loop.time()) > 0:
                 url = await self._pop(remaining)
+                stop.check()
                 if url is None:
                     break
                 token = f"{self.gateway_id}:{uuid.uuid4().hex}"
                 if await self._take(url, token):
                     self._ok()
-                    return self._lease(url, token, loop.time() - started, timeout_s)
+                    lease = self._lease(url, token, loop.time() - started, timeout_s)
+                    if stop.requested():
+                        lease.release()
+                        raise asyncio.CancelledError
+                    return lease
+                stop.check()
                 # Dead (its heartbeat expired), no longer idle, or leased already: never
                 # pushed back; a live worker offers itself again when it is idle.
                 log.info("worker %s was offered but is not leasable: passed over", url)
         except RedisFailure as exc:
             self._error("acquire", exc)
+            stop.check()  # the caller is gone: no fallback to serve it with
             self._fallback("no_worker")
             raise NoWorker(f"the worker registry is unavailable: {exc!r}") from None
         finally:
@@ -237,9 +273,11 @@ class SharedWorkerPool:
             self._renewer = asyncio.create_task(self._renew_loop(), name="pool-renew")
 
     async def _renew_loop(self) -> None:
+        stop = _CancelWatch()
         while True:
             await asyncio.sleep(self._renew_every_s)
             await self.renew()
+            stop.check()  # else `aclose` could wait for this loop forever
 
     async def renew(self) -> None:
         """Extend every lease this gateway holds; note workers whose heartbeat is gone."""
