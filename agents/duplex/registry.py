@@ -210,9 +210,15 @@ class WorkerRegistration:
 
     async def run(self) -> None:
         log.info("registering worker %s in %s", self.url, self.keys.prefix)
+        task = asyncio.current_task()
+        cancels = task.cancelling() if task is not None else 0
         while True:
             self._changed.clear()
             await self.beat()
+            # redis-py on Python 3.11 can drop a cancellation that lands as a command is
+            # sent (asyncio.wait_for, gh-86296): a worker stopping must still stop.
+            if task is not None and task.cancelling() > cancels:
+                raise asyncio.CancelledError
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._interval_s):
                     await self._changed.wait()

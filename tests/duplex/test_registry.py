@@ -224,3 +224,29 @@ def test_offhook_worker_with_redis_url_and_a_wildcard_host_asks_for_worker_url(
     settings = settings_for(redis_url="redis://127.0.0.1:1/0", worker_token="secret")
     assert worker_main(["--host", "0.0.0.0"], load_settings=lambda: settings) == 2
     assert "WORKER_URL" in capsys.readouterr().err
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_stopping_worker_stops_even_if_redis_py_lost_the_cancellation(
+    redis: Redis, keys: RegistryKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Python 3.11 redis-py's wait_for can swallow a cancellation that lands as a
+    command is sent (gh-86296): the heartbeat loop must still end."""
+    worker = Worker(redis, keys.prefix)
+    real_beat = worker.registration.beat
+    swallowed = asyncio.Event()
+
+    async def beat_that_loses_a_cancel() -> bool:
+        try:
+            await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            swallowed.set()  # as wait_for does: the task still says it is cancelling
+        return await real_beat()
+
+    monkeypatch.setattr(worker.registration, "beat", beat_that_loses_a_cancel)
+    running = asyncio.create_task(worker.registration.run())
+    await asyncio.sleep(0.01)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(running, 3)
+    assert swallowed.is_set()
