@@ -238,6 +238,13 @@ def _records_listed(cluster: Cluster, placed: list[str]) -> dict[str, object]:
             "missing": missing, "rc": answer.returncode, "stderr": answer.stderr[-500:]}
 
 
+def _save(args: argparse.Namespace, results: dict[str, object]) -> None:
+    """The runs so far, beside the final JSON: a run that fails late keeps its figures."""
+    if getattr(args, "json", None):
+        partial = args.json.with_suffix(".partial.json")
+        partial.write_text(json.dumps(results, indent=2, default=str))
+
+
 async def _run_all(args: argparse.Namespace) -> dict[str, object]:
     results: dict[str, object] = {}
     placed: list[str] = []
@@ -258,11 +265,15 @@ async def _run_all(args: argparse.Namespace) -> dict[str, object]:
         await _calls(cluster, run, args.calls, args.concurrent)
         results["spread"] = run.summary() | {"stuck_calls": _stuck_calls(cluster)}
         everything = list(run.placed)
+        _save(args, results)
 
         run = RunResult("worker-kill")
         await _faulted_call(cluster, run, 0, lambda sid: _kill_worker(cluster))
         results["worker-kill"] = run.summary() | {"stuck_calls": _stuck_calls(cluster)}
         everything += run.placed
+        cluster.restart_dead()
+        cluster.wait_ready()
+        _save(args, results)
 
         run = RunResult("redis-restart")
 
@@ -276,15 +287,15 @@ async def _run_all(args: argparse.Namespace) -> dict[str, object]:
         await _call(run, _config(cluster.public_url, 5))
         results["redis-restart"] = run.summary() | {"stuck_calls": _stuck_calls(cluster)}
         everything += run.placed
+        _save(args, results)
 
         run = RunResult("gateway-kill")
         await _faulted_call(cluster, run, 1, lambda sid: _kill_gateway(cluster, sid))
         results["gateway-kill"] = run.summary() | {"stuck_calls": _stuck_calls(cluster)}
         everything += run.placed
-        for index, gateway in enumerate(cluster.gateways):
-            if not gateway.process.alive:
-                cluster.restart_gateway(index)
+        cluster.restart_dead()
         cluster.wait_ready()
+        _save(args, results)
 
         run = RunResult("drain")
         exits: list[int | None] = []

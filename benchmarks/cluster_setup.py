@@ -136,18 +136,35 @@ class Cluster:
         self.s3.start()
         self._make_bucket()
         for index in range(self.workers_wanted):
-            port = free_port()
-            env = self._env(WORKER_URL=f"ws://127.0.0.1:{port}")
-            argv = [sys.executable, "-m", "cli", "worker", "--backend", "cascade",
-                    "--port", str(port), "--worker-id", f"worker-{index}"]
-            log = self.workdir / f"worker-{index}.log"
-            self.workers.append(Process(f"worker-{index}", argv, env, log).start())
+            self.workers.append(self._start_worker(index, free_port()))
         for index in range(self.gateways_wanted):
             self.gateways.append(self._start_gateway(index))
         if self.gateways_wanted > 1:
             self._start_haproxy()
         self.wait_ready()
         return self
+
+    def _start_worker(self, index: int, port: int) -> Process:
+        env = self._env(WORKER_URL=f"ws://127.0.0.1:{port}")
+        argv = [sys.executable, "-m", "cli", "worker", "--backend", "cascade",
+                "--port", str(port), "--worker-id", f"worker-{index}"]
+        log = self.workdir / f"worker-{index}.log"
+        return Process(f"worker-{index}", argv, env, log).start()
+
+    def restart_dead(self) -> list[str]:
+        """What an operator's supervisor does after a crash: the dead come back on
+        their own ports (a worker registers again; HAProxy checks a gateway back in)."""
+        restarted = []
+        for index, worker in enumerate(self.workers):
+            if not worker.alive:
+                port = int(worker.env["WORKER_URL"].rsplit(":", 1)[1])
+                self.workers[index] = self._start_worker(index, port)
+                restarted.append(worker.name)
+        for index, gateway in enumerate(self.gateways):
+            if not gateway.process.alive:
+                self.restart_gateway(index)
+                restarted.append(gateway.process.name)
+        return restarted
 
     def _public(self) -> str:
         if self.gateways_wanted > 1:
