@@ -14,6 +14,7 @@ Runs, each with fresh calls of two questions:
 - spread: the same calls through HAProxy over both gateways;
 - worker-kill: a worker SIGKILLed 1 s into a caller's second question;
 - gateway-kill: the gateway holding a call SIGKILLed 1 s into its second question;
+- load: `2 x --concurrent` calls at once, no fault: the baseline of the next run;
 - redis-restart: Redis restarted under `2 x --concurrent` calls, then one more call;
 - drain: the gateway holding a call sent SIGTERM 1 s into its second question.
 
@@ -274,6 +275,14 @@ async def _run_all(args: argparse.Namespace) -> dict[str, object]:
         cluster.restart_dead()
         cluster.wait_ready()
         _save(args, results)
+
+        # The same load as the Redis run, with no fault: what that load alone costs.
+        run = RunResult("load")
+        await asyncio.gather(
+            *(_call(run, _config(cluster.public_url, i)) for i in range(2 * args.concurrent))
+        )
+        results["load"] = run.summary() | {"stuck_calls": _stuck_calls(cluster)}
+        everything += run.placed
 
         run = RunResult("redis-restart")
 
