@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-__all__ = ["Entry", "Removal", "plan_removals"]
+__all__ = ["Entry", "Removal", "carry_out", "plan_removals"]
+
+log = logging.getLogger(__name__)
 
 _BYTES_PER_GB = 1_000_000_000  # storage is sold in decimal gigabytes
 
@@ -67,3 +70,21 @@ def plan_removals(
                 plan.append(Removal(entry.call_sid, "size", entry.bytes))
                 total -= entry.bytes
     return plan
+
+
+def carry_out(
+    plan: Iterable[Removal],
+    remove: Callable[[str], None],
+    failure: type[Exception] | tuple[type[Exception], ...],
+) -> list[Removal]:
+    """Remove each planned record with `remove(call_sid)`; the removals that succeeded.
+    One that fails with `failure` is logged and skipped: the next cleanup tries again."""
+    removed = []
+    for removal in plan:
+        try:
+            remove(removal.call_sid)
+        except failure as exc:
+            log.warning("cannot remove the record of call %s: %s", removal.call_sid, exc)
+            continue
+        removed.append(removal)
+    return removed

@@ -10,7 +10,6 @@ the timeline for a call that never wrote its summary, such as a crashed one).
 from __future__ import annotations
 
 import dataclasses
-import logging
 import shutil
 import tempfile
 import weakref
@@ -21,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from recordings.cleanup_plan import Entry, Removal, plan_removals
+from recordings.cleanup_plan import Entry, Removal, carry_out, plan_removals
 from recordings.errors import CorruptRecord, RecordError, RecordNotFound
 from recordings.jsonio import read_json_object
 from recordings.layout import FOLDER_MODE, META, TIMELINE, check_call_id
@@ -30,7 +29,6 @@ from recordings.s3_records import S3Object, S3Records
 
 __all__ = ["S3RecordStore"]
 
-log = logging.getLogger(__name__)
 
 _READERS = 8  # meta.json requests in flight while listing: latency, not bandwidth, bound
 
@@ -118,15 +116,7 @@ class S3RecordStore:
         )
         if dry_run:
             return plan
-        removed = []
-        for removal in plan:
-            try:
-                self.remote.delete(removal.call_sid)
-            except RecordError as exc:
-                log.warning("cannot remove the record of call %s: %s", removal.call_sid, exc)
-                continue
-            removed.append(removal)
-        return removed
+        return carry_out(plan, self.remote.delete, RecordError)
 
     # --- helpers ----------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from recordings.cleanup_plan import Entry, Removal, plan_removals
+from recordings.cleanup_plan import Entry, Removal, carry_out, plan_removals
 from recordings.errors import CorruptRecord, RecordError, RecordNotFound
 from recordings.jsonio import read_json_object, write_json_atomic
 from recordings.layout import (
@@ -160,15 +160,7 @@ class RecordStore:
         )
         if dry_run:
             return plan
-        removed = []
-        for removal in plan:
-            try:
-                shutil.rmtree(self.root / removal.call_sid)
-            except OSError as exc:
-                log.warning("cannot remove the record of call %s: %s", removal.call_sid, exc)
-                continue
-            removed.append(removal)
-        return removed
+        return carry_out(plan, lambda call_sid: shutil.rmtree(self.root / call_sid), OSError)
 
     # --- helpers ----------------------------------------------------------------------------
 
