@@ -7,9 +7,7 @@ Every variable is documented in docs/configuration.md, generated from this file;
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import os
-import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -17,24 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.config import shown_url
-from recordings.s3_location import S3Location
-from telephony.twiml import is_transfer_target
-
-
-class SettingsError(ValueError):
-    """An environment variable holds a value its setting cannot take."""
-
-
-ACCOUNT_SID = re.compile(r"AC[0-9a-f]{32}")
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to anything
+from app.settings_checks import SettingsError, check_exposure, check_values
 
 
 def _env_field(env: str, default: Any, doc: str, *, secret: bool = False, url: bool = False) -> Any:
@@ -499,93 +480,12 @@ class Settings:
 
     def check(self) -> None:
         """Refuse combinations that cannot work, naming the variable to fix."""
-        if self.public_url and not self.public_url.startswith(("http://", "https://")):
-            raise SettingsError(
-                f"PUBLIC_URL must start with http:// or https://, got {self.public_url!r}"
-            )
-        if not 20 <= self.chunk_ms <= 1000:
-            raise SettingsError(f"CHUNK_MS must be within 20..1000, got {self.chunk_ms}")
-        if self.end_of_turn_max_silence_ms < self.end_of_turn_min_silence_ms:
-            raise SettingsError("END_OF_TURN_MAX_SILENCE_MS must be >= END_OF_TURN_MIN_SILENCE_MS")
-        if not 200 <= self.unit_ms <= 2000:
-            raise SettingsError(f"UNIT_MS must be within 200..2000, got {self.unit_ms}")
-        if self.turn_judge not in ("words", "rules"):
-            raise SettingsError(f"TURN_JUDGE must be 'words' or 'rules', got {self.turn_judge!r}")
-        if self.history_turns < 1:
-            raise SettingsError(f"HISTORY_TURNS must be >= 1, got {self.history_turns}")
-        if self.worker_session_timeout_s <= 0:
-            raise SettingsError(
-                f"WORKER_SESSION_TIMEOUT_S must be > 0, got {self.worker_session_timeout_s}"
-            )
-        if self.max_calls < 1:
-            raise SettingsError(f"MAX_CALLS must be >= 1, got {self.max_calls}")
-        if self.llm_embedded_servers < 0:
-            raise SettingsError(
-                f"LLM_EMBEDDED_SERVERS must be >= 0, got {self.llm_embedded_servers}"
-            )
-        if self.llm_embedded_shared < 0:
-            raise SettingsError(f"LLM_EMBEDDED_SHARED must be >= 0, got {self.llm_embedded_shared}")
-        if not 0 <= self.llm_embedded_port <= 65535:
-            raise SettingsError(
-                f"LLM_EMBEDDED_PORT must be within 0..65535, got {self.llm_embedded_port}"
-            )
-        fixed = min(max(self.llm_embedded_shared, 1), self.llm_servers)
-        if self.llm_embedded_port and self.llm_embedded_port + fixed > 65536:
-            raise SettingsError(
-                f"LLM_EMBEDDED_PORT {self.llm_embedded_port} leaves no room for "
-                f"{fixed} servers on consecutive ports"
-            )
-        if self.llm_tools not in ("auto", "on", "off"):
-            raise SettingsError(f"LLM_TOOLS must be auto, on or off, got {self.llm_tools!r}")
-        if self.transfer_key and (
-            len(self.transfer_key) != 1 or self.transfer_key not in "0123456789*#"
-        ):
-            raise SettingsError(
-                f"TRANSFER_KEY must be one key (0-9, * or #), got {self.transfer_key!r}"
-            )
-        if self.transfer_to and not is_transfer_target(self.transfer_to):
-            raise SettingsError(
-                f"TRANSFER_TO must be an E.164 number or a sip: URI, got {self.transfer_to!r}"
-            )
-        if self.silence_timeout_s < 0:
-            raise SettingsError(f"SILENCE_TIMEOUT_S must be >= 0, got {self.silence_timeout_s}")
-        if self.llm_base_url and not self.llm_model:
-            raise SettingsError("LLM_MODEL must name a model when LLM_BASE_URL is set")
-        if self.max_call_s <= 0 or self.media_timeout_s <= 0:
-            raise SettingsError("MAX_CALL_S and MEDIA_TIMEOUT_S must be > 0")
-        if self.call_token_secret and len(self.call_token_secret.encode()) < 16:
-            raise SettingsError(
-                "CALL_TOKEN_SECRET must be at least 16 bytes (a random 32-character string "
-                "will do), or empty to derive it from TWILIO_AUTH_TOKEN"
-            )
-        if self.http_head_timeout_s <= 0 or self.max_connections < 0:
-            raise SettingsError("HTTP_HEAD_TIMEOUT_S must be > 0 and MAX_CONNECTIONS >= 0")
-        if self.max_media_rate < 1.0:
-            raise SettingsError(f"MAX_MEDIA_RATE must be >= 1.0, got {self.max_media_rate}")
-        if self.max_record_mb <= 0:
-            raise SettingsError(f"MAX_RECORD_MB must be > 0, got {self.max_record_mb}")
-        if self.records_url:
-            try:
-                S3Location.parse(self.records_url)
-            except ValueError as exc:
-                raise SettingsError(str(exc)) from None
-        if self.twilio_account_sid and not ACCOUNT_SID.fullmatch(self.twilio_account_sid):
-            raise SettingsError("TWILIO_ACCOUNT_SID must look like AC followed by 32 hex digits")
+        check_values(self)
 
     def check_exposure(self) -> None:
         """Refuse to serve in a way that lets strangers in (checked by the server only:
         `offhook worker` and the CLI read the same variables without serving Twilio)."""
-        if self.twilio_auth_token and not self.public_url:
-            raise SettingsError(
-                "PUBLIC_URL is required when TWILIO_AUTH_TOKEN is set: signatures are "
-                "checked against it, never against the request's Host header"
-            )
-        if not self.twilio_auth_token and not self.allow_unsigned and not _loopback(self.bind_host):
-            raise SettingsError(
-                f"TWILIO_AUTH_TOKEN is not set, so HOST={self.bind_host} would let anyone "
-                "place calls through this server: set TWILIO_AUTH_TOKEN (and PUBLIC_URL), "
-                "listen on 127.0.0.1, or set ALLOW_UNSIGNED=1 to accept the risk"
-            )
+        check_exposure(self)
 
     @property
     def bind_host(self) -> str:
