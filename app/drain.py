@@ -35,7 +35,7 @@ class Drain:
     def begin(self) -> None:
         if self.since is None:
             self.since = self.clock()
-            log.warning("draining: no new calls; live calls go on until they end")
+            log.info("draining: no new calls; live calls go on until they end")
 
     async def wait_idle(self, active: Callable[[], int], timeout_s: float) -> bool:
         """Until `active()` is 0 (True) or `timeout_s` has passed (False)."""
