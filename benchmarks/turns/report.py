@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from benchmarks.measure import percentile
 from benchmarks.turns.scoring import Tally
+
+# The bar: a backchannel may cost the caller at most this much of the reply.
+COSTLY_PAUSE_MS: Final = 300.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,8 @@ def table_rows(tally: Tally, *, clean: bool, concurrent: int) -> list[Row]:
     lat = tally.latencies_ms
     dead = tally.dead_air_turns + tally.dead_air_in_replies
     pauses = [p for p in tally.backchannel_pauses_ms if p > 0]
+    # A stopped reply costs the rest of it; a pause, the silence the caller hears.
+    costly = tally.false_stops + sum(p > COSTLY_PAUSE_MS for p in pauses)
     rows = [
         _row(
             "turns answered",
@@ -98,8 +104,16 @@ def table_rows(tally: Tally, *, clean: bool, concurrent: int) -> list[Row]:
             lambda v: v <= 5,
         ),
         _row(
+            f"backchannels costing the caller > {COSTLY_PAUSE_MS:.0f} ms of reply",
+            _ratio(costly, tally.backchannels_judged),
+            _pct(costly, tally.backchannels_judged),
+            "<= 5 %",
+            lambda v: v <= 5,
+        ),
+        _row(
             "bot pauses at a backchannel (informative)",
-            f"{len(pauses)} paused" + (f", longest {max(pauses):.0f} ms" if pauses else ""),
+            f"{len(pauses)} paused"
+            + (f", p50 {_p(pauses, 50):.0f} ms, longest {max(pauses):.0f} ms" if pauses else ""),
             None,
         ),
         _row(

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.judge_material import ESPEAK_VARIANTS, ESPEAK_VOICES, corpus_pairs, draw
-from benchmarks.turns.corpus import TURNS_PER_CALL, corpus_scripts, halves
+from benchmarks.turns.corpus import BACKCHANNELS, TURNS_PER_CALL, corpus_scripts, halves
 from benchmarks.turns.script import Kind
+from ops.simulate import After
 
 
 def test_the_corpus_gives_hundreds_of_speakable_caller_lines_with_context() -> None:
@@ -39,7 +40,10 @@ def test_the_same_seed_draws_the_same_material_and_another_seed_other_material()
 
 def test_corpus_calls_are_dealt_into_two_halves() -> None:
     scripts = corpus_scripts(seed=3, calls=8)
-    assert len(scripts) == 8 and all(len(s.turns) == TURNS_PER_CALL for s in scripts)
+    assert len(scripts) == 8
+    for script in scripts:
+        lines = [say for say in script.turns if say.after is not After.BOT_SPEAKING]
+        assert len(lines) == TURNS_PER_CALL and len(script.turns) <= TURNS_PER_CALL + 1
     half_of = halves(3, scripts)
     assert sorted(half_of.values()) == ["held-out"] * 4 + ["tuning"] * 4
     paused = [say for s in scripts for say in s.turns if say.kind is Kind.PAUSE]
@@ -48,3 +52,24 @@ def test_corpus_calls_are_dealt_into_two_halves() -> None:
         first, pause_ms, rest = say.parts
         assert isinstance(pause_ms, int) and 400 <= pause_ms <= 1800
         assert isinstance(first, str) and isinstance(rest, str) and first and rest
+
+
+def test_corpus_calls_speak_over_replies_at_random_points() -> None:
+    scripts = corpus_scripts(seed=11, calls=40)
+    over = [(s, say) for s in scripts for say in s.turns if say.after is After.BOT_SPEAKING]
+    kinds = {say.kind for _, say in over}
+    assert kinds == {Kind.BACKCHANNEL, Kind.INTERRUPTION}, "both kinds are drawn"
+    assert len(over) <= len(scripts), "at most one per call"
+    delays = {say.delay_ms for _, say in over}
+    assert len(delays) > len(over) // 2, "at random points of the reply, not a fixed one"
+    for script, say in over:
+        # Over the reply to a line the caller said, and with a second of it still to come.
+        assert 0 < script.turns.index(say) < TURNS_PER_CALL
+        assert say.queued_min_ms is not None and say.queued_min_ms >= 1000
+        if say.kind is Kind.BACKCHANNEL:
+            assert say.parts[0] in BACKCHANNELS
+        else:
+            [line] = say.parts
+            assert isinstance(line, str) and len(line.split()) >= 3
+            others = [t.text for t in script.turns if t is not say]
+            assert line not in others, "an interruption says a line of its own"

@@ -387,3 +387,23 @@ def test_a_turn_left_unsaid_is_neither_owed_an_answer_nor_judged() -> None:
     assert tally.interruptions == 1 and tally.tails_ms == []
     # The caller's silence before the next question is their own floor, not dead air.
     assert tally.dead_air_in_replies == 0
+
+
+def test_a_backchannel_costs_the_caller_its_stop_or_a_pause_over_300_ms() -> None:
+    def costly(false_stops: int, pauses_ms: list[float]) -> str:
+        tally = Tally(
+            calls=1,
+            backchannels=20,
+            backchannels_judged=20,
+            false_stops=false_stops,
+            backchannel_pauses_ms=pauses_ms,
+        )
+        rows = table_rows(tally, clean=True, concurrent=1)
+        [row] = [r for r in rows if r.measure.startswith("backchannels costing")]
+        return f"{row.result} {row.verdict}"
+
+    # Going on without a pause, or pausing for no more than 300 ms, costs nothing.
+    assert costly(0, [0.0] * 10 + [300.0] * 10) == "0/20 (0.0 %) PASS"
+    # One reply stopped: within the 5 % allowed. One more pause over 300 ms: past it.
+    assert costly(1, [0.0] * 19) == "1/20 (5.0 %) PASS"
+    assert costly(1, [0.0] * 18 + [301.0]) == "2/20 (10.0 %) FAIL"
