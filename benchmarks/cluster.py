@@ -87,8 +87,10 @@ def _config(
     return SimulationConfig(
         base_url=url,
         auth_token=BENCH_TOKEN,
-        turns=[CallerTurn(text=first, after="bot_done", delay_ms=300),
-               CallerTurn(text=second, after="bot_done", delay_ms=300)],
+        turns=[
+            CallerTurn(text=first, after="bot_done", delay_ms=300),
+            CallerTurn(text=second, after="bot_done", delay_ms=300),
+        ],
         # A caller waits a while for an answer on a loaded box before hanging up.
         hangup_after_ms=8000,
         max_call_s=90,
@@ -226,17 +228,34 @@ def _records_listed(cluster: Cluster, placed: list[str]) -> dict[str, object]:
     missing = list(placed)
     while True:
         answer = subprocess.run(
-            [sys.executable, "-m", "cli", "calls", "--records-url", env["RECORDS_URL"],
-             "list", "--limit", "10000"],
-            env=env, capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "cli",
+                "calls",
+                "--records-url",
+                env["RECORDS_URL"],
+                "list",
+                "--limit",
+                "10000",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         listed = answer.stdout
         missing = [sid for sid in placed if sid not in listed]
         if not missing or time.monotonic() > deadline:
             break
         time.sleep(3)  # uploads follow each call's end
-    return {"placed": len(placed), "listed": len(placed) - len(missing),
-            "missing": missing, "rc": answer.returncode, "stderr": answer.stderr[-500:]}
+    return {
+        "placed": len(placed),
+        "listed": len(placed) - len(missing),
+        "missing": missing,
+        "rc": answer.returncode,
+        "stderr": answer.stderr[-500:],
+    }
 
 
 def _save(args: argparse.Namespace, results: dict[str, object]) -> None:

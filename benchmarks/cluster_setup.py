@@ -45,8 +45,12 @@ class Process:
     def start(self) -> Process:
         with self.log.open("ab") as out:
             self.popen = subprocess.Popen(
-                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, cwd=REPO,
+                self.argv,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=REPO,
             )
         return self
 
@@ -146,8 +150,18 @@ class Cluster:
 
     def _start_worker(self, index: int, port: int) -> Process:
         env = self._env(WORKER_URL=f"ws://127.0.0.1:{port}")
-        argv = [sys.executable, "-m", "cli", "worker", "--backend", "cascade",
-                "--port", str(port), "--worker-id", f"worker-{index}"]
+        argv = [
+            sys.executable,
+            "-m",
+            "cli",
+            "worker",
+            "--backend",
+            "cascade",
+            "--port",
+            str(port),
+            "--worker-id",
+            f"worker-{index}",
+        ]
         log = self.workdir / f"worker-{index}.log"
         return Process(f"worker-{index}", argv, env, log).start()
 
@@ -177,7 +191,10 @@ class Cluster:
         data.mkdir(exist_ok=True)
         public = self._public() or f"http://127.0.0.1:{port}"
         env = self._env(
-            HOST="127.0.0.1", PORT=str(port), PUBLIC_URL=public, DATA_DIR=str(data),
+            HOST="127.0.0.1",
+            PORT=str(port),
+            PUBLIC_URL=public,
+            DATA_DIR=str(data),
             GATEWAY_URL=f"http://127.0.0.1:{port}",
         )
         log = self.workdir / f"gateway-{index}.log"
@@ -209,9 +226,13 @@ class Cluster:
         import boto3
 
         client = boto3.client(
-            "s3", endpoint_url=self.s3.endpoint,
-            **{k.lower(): v for k, v in s3_environ(self.s3.endpoint).items()
-               if k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")},
+            "s3",
+            endpoint_url=self.s3.endpoint,
+            **{
+                k.lower(): v
+                for k, v in s3_environ(self.s3.endpoint).items()
+                if k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+            },
             region_name="us-east-1",
         )
         deadline = time.monotonic() + 30
