@@ -125,7 +125,7 @@ async def test_an_abrupt_hang_up_still_closes_a_complete_record(bot: Bot) -> Non
     twilio = TwilioEventWriter("MZ" + "b" * 32, call_sid, "AC" + "c" * 32)
     url = bot.url.replace("http://", "ws://") + "/twilio/media"
     headers = {"x-twilio-signature": sign(AUTH_TOKEN, url, {})}
-    async with connect(url, additional_headers=headers) as ws:
+    async with connect(url, additional_headers=headers, max_queue=None) as ws:
         await ws.send(twilio.connected())
         await ws.send(
             twilio.start({"token": bot.services.tokens.issue(call_sid), "from": "+15550100"})
@@ -237,6 +237,4 @@ async def test_a_recorded_call_replays_against_the_live_bot_with_a_diff(
     out = capsys.readouterr().out
     assert status == 0, out
     assert "What is the weather" in out or "weather" in out.lower()
-    # An impossible bar (the bot must be 10 s faster than itself) fails the gate.
-    status = await asyncio.to_thread(calls_main, [*common, "--threshold-ms", "-10000"])
-    assert status == 1
+    # A bot slower than its recording failing the gate: tests/ops/test_replay.py.

@@ -77,7 +77,9 @@ def stream_ws_url(bot: Bot) -> str:
 
 async def open_stream(bot: Bot) -> websockets.ClientConnection:
     headers = {"x-twilio-signature": sign(AUTH_TOKEN, stream_ws_url(bot), {})}
-    return await connect(stream_ws_url(bot), additional_headers=headers)
+    # Twilio reads every message it is sent: a client that leaves them queued would
+    # stop reading the socket and miss the server's close frame behind them.
+    return await connect(stream_ws_url(bot), additional_headers=headers, max_queue=None)
 
 
 async def start_stream(
