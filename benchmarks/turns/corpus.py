@@ -8,9 +8,9 @@ unfinished turn by construction; the others are said whole.
 
 Over the bot's reply to one of its first three lines, most calls also speak once more:
 a backchannel, or another corpus line that interrupts, at a random point of the reply
-(while at least a second of it is still to come). Backchannels are the commonest forms
-of the Switchboard corpus's "acknowledge (backchannel)" act (Jurafsky, Shriberg and
-Biasca, SWBD-DAMSL coders manual, 1997): a closed class, not sentences of ours.
+(while enough of it is still to come to tell a stop from its end). Backchannels are the
+commonest forms of the Switchboard corpus's "acknowledge (backchannel)" act (Jurafsky,
+Shriberg and Biasca, SWBD-DAMSL coders manual, 1997): a closed class, not our sentences.
 
 The calls are dealt into a tuning half and a held-out half; report the held-out half,
 and fit nothing on it.
@@ -32,9 +32,11 @@ OVERLAP_SHARE = 0.8  # calls that also speak over one reply
 BACKCHANNEL_SHARE = 0.5  # of those, a backchannel (else an interruption)
 # Switchboard's commonest backchannel forms, in writing espeak-ng and Piper can say.
 BACKCHANNELS = ("Uh-huh.", "Yeah.", "Right.", "Oh.", "Okay.", "Yes.", "Mm-hmm.", "I see.")
-# Said this long after the reply starts, and only while this much of it is still queued.
+# Said this long after the reply starts, and only while this much of it is still queued:
+# an interruption with a second of reply to stop; a backchannel with more than the
+# scorer's 1.5 s window after it, so a reply that merely ends is not taken for a stop.
 OVER_REPLY_DELAY_MS = (300, 3000)
-STILL_TO_COME_MS = 1000
+STILL_TO_COME_MS = {Kind.INTERRUPTION: 1000, Kind.BACKCHANNEL: 2500}
 
 
 def _voice(rng: np.random.Generator) -> Voice:
@@ -61,7 +63,12 @@ def _over_reply(rng: np.random.Generator, line: str) -> Say:
     else:
         kind, text = Kind.INTERRUPTION, line
     return Say(
-        kind, (text,), After.BOT_SPEAKING, delay, queued_min_ms=STILL_TO_COME_MS, where="random"
+        kind,
+        (text,),
+        After.BOT_SPEAKING,
+        delay,
+        queued_min_ms=STILL_TO_COME_MS[kind],
+        where="random",
     )
 
 
