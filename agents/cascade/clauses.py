@@ -8,8 +8,8 @@ _SENTENCE_END = re.compile(r"[.!?…]+[\"')\]]*\s")
 _CLAUSE_END = re.compile(r"[,;:—–]\s")
 # A whole word: followed by whitespace, so "for" is not the start of "fortune".
 _WHOLE_WORD = re.compile(r"\S+(?=\s)")
-# Words that open a phrase: a long clause can be cut before one and still sound whole
-# ("The pharmacy is open | from ten to four.").
+# Words that open a phrase: a long clause can be cut before one (a preposition, a
+# conjunction) and still sound whole.
 _PHRASE_OPENERS = frozenset(
     """
     with from to for and but or because so which that who at in on by if when while where
@@ -21,22 +21,21 @@ _UNSPEAKABLE = re.compile(r"[*_#`~>|\[\]{}<]|[\U0001F000-\U0001FAFF\u2600-\u27BF
 
 
 # Web and mail addresses: a caller can note a site's name, never its path, and the TTS
-# spells a path out character by character. SmolLM2 writes them into one clause
-# ("...on our website: www.hotel-online.com/booking/table/Friday-Night/Booking.html."),
-# 9 s of speech the TTS made slower than the clause before it played: the caller heard
-# gaps. Spoken as the site's name, "hotel-online dot com".
+# spells a path out character by character. SmolLM2 writes them into one clause (a
+# site with a five-part path), 9 s of speech the TTS made slower than the clause before
+# it played: the caller heard gaps. Spoken as the host's name, its dots said "dot".
 _TLDS = (
     "com|org|net|edu|gov|io|co|uk|us|ca|au|de|fr|info|biz|app|ai|me|tv"
     "|nz|br|jp|es|nl|eu|ie|za|mx|ch|se"
 )
-# Lower-case top-level domains only ("Thanks.Me too" is a missing space), up to 8 labels
+# Lower-case top-level domains only ("Done.Next" is a missing space), up to 8 labels
 # of at most 63 characters each: bounded, so a long run of dotted text costs linear time.
 _HOST = rf"((?:[A-Za-z0-9-]{{1,63}}\.){{1,8}}(?:{_TLDS}))(?![\w-]|\.[A-Za-z0-9])"
 _PATH = r"(?::\d{1,5})?(?:[/?#][^\s()]*[^\s().,!?;:'\"])?/?"
 _URL = re.compile(rf"(?:\bhttps?://)?(?:\bwww\.)?\b{_HOST}{_PATH}")
 _EMAIL = re.compile(rf"\b([\w.+-]{{1,64}})@{_HOST}")
 # A link's address in brackets right after its text or after itself (markdown's
-# "[text](url)", "url(url)"): said once. "our website (www.x.com)" keeps it.
+# "[text](url)", "url(url)"): said once. Words, then the address in brackets, keep it.
 _LINK_IN_PARENTHESES = re.compile(rf"(?<=[\]\w/])\(\s*(?:https?://)?(?:www\.)?{_HOST}{_PATH}\s*\)")
 
 
@@ -59,7 +58,7 @@ class ClauseSplitter:
 
     Until `lead_words` words have gone out, little audio is queued ahead of the caller's
     ear, and waiting for a whole sentence from the LLM would leave them in silence (at the
-    start of a reply) or in a gap (after a short opening such as "You're in luck."). So
+    start of a reply) or in a gap (after a short opening sentence of two words). So
     until then a clause may end at a comma once it has `first_min_words` words, or before
     a phrase's opening word once it has `phrase_words`. Later ones wait for a sentence end
     (or `max_words`), which sounds more natural.

@@ -13,11 +13,12 @@ Whisper's own evidence, and `assess` weighs that with the VAD's (how much speech
 utterance held) into HEARD, UNCLEAR (ask again) or NOTHING (ignore).
 
 One thing it does take out: a last word that is not in the audio. A caller who pauses
-after "a table for" is often transcribed "a table for it." (tiny.en, in bench turns),
-a finished sentence that ends their turn in the middle. When the words before the last
-one stop where a sentence cannot, Whisper's own cross-attention alignment (the one
-faster-whisper's word timestamps use) says where the last word is: with no audio under
-it and a low probability, it was Whisper completing the sentence, and it is dropped.
+after a preposition is often transcribed with one more word and a full stop (tiny.en
+more than base), a finished sentence that ends their turn in the middle. When the
+words before the last one stop where a sentence cannot, Whisper's own cross-attention
+alignment (the one faster-whisper's word timestamps use) says where the last word is:
+with no audio under it and a low probability, it was Whisper completing the sentence,
+and it is dropped.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ ALIGN_TOKENS_PER_S = 50  # encoder frames (2 mel frames each)
 # "for it", "of it", "with this", "on me"...) on espeak and Piper at 140 and 185 wpm:
 # those at p <= 0.85 all within 4 dB of the speech; those 18-31 dB down all at p >= 0.9.
 # Over a noisy line the pause is not that quiet, and the word is kept. Not 20 dB: on the
-# echo line tiny.en's "a table for it." (p 0.58) had its "it" 18.5 dB down, and the bot
+# echo line tiny.en's invented pronoun (p 0.58) was 18.5 dB down, and the bot
 # answered into a 1.5 s pause. Said words at p <= 0.85 after a dangling word, under babble
 # at 15 dB SNR (espeak and Piper, 10 sentences, 3 seeds): at most 13.8 dB down.
 UNHEARD_BELOW_SPEECH_DB = 16.0
@@ -236,7 +237,7 @@ def average_logprob(score: float, length: int) -> float:
 
 
 LOOP_REPEATS = 4  # a unit said this many times running is the decoder looping
-_LOOP_UNIT_WORDS = 8  # a keyed number read out loops whole: "4 5 6 7 8 9 4 5 6..."
+_LOOP_UNIT_WORDS = 8  # a number read out in digits loops whole, digit group and all
 
 
 def collapse_loop(text: str) -> str:
@@ -244,8 +245,8 @@ def collapse_loop(text: str) -> str:
 
     Greedy Whisper sometimes never stops: tiny.en heard a 0.4 s "Goodbye." as "Goodbye"
     32 times, and Piper's "Bye." as "Bye" 31 times, until the length limit cut it (often
-    mid-copy); an account number read out, "4 5 6, 7 8 9", came back with its six digits
-    eight times in bench turns. The words are right; the repetition is the decoder's.
+    mid-copy); a six-digit number read out in two groups came back with its digits eight
+    times. The words are right; the repetition is the decoder's.
     """
     words = text.split()
     keys = [word.strip(".,!?;:").lower() for word in words]
@@ -299,23 +300,21 @@ UNRELIABLE_LOGPROB = -1.5
 #   ignored. The longest non-speech the VAD passed was unprimed babble, 1.5 s.
 SPEECH_OUTWEIGHS_SILENCE_MS = 2000
 # - ...and past this much, when Whisper wrote words (however doubtful): in calls, tiny.en
-#   gave a one-word question its silence vote at random (Piper's "Parking?" under echo
-#   and under babble, 380-420 ms of speech, written "Parking" / "working"; the same
-#   word in other calls scored no_speech_prob 0.40-0.55), and likewise the "Thanks," of
-#   "Thanks, that's all" under babble ("and", 420 ms). Ignored, the caller waits in
+#   gave a one-word question its silence vote at random (Piper, under echo and under
+#   babble, 380-420 ms of speech, written as the word or a rhyme of it; the same word
+#   in other calls scored no_speech_prob 0.40-0.55), and likewise a one-word
+#   thanks before a comma under babble (420 ms). Ignored, the caller waits in
 #   silence; asked again, they repeat themselves. Non-speech the VAD passes with words
 #   written is unprimed babble (background talk that starts mid-call, 1.1-1.5 s, until
-#   the speech gate's floor catches up): it costs one "could you say that again?".
+#   the speech gate's floor catches up): it costs one request to say it again.
 #   The VAD passed no cough, breath, click, tone or hum (0 ms).
 WORDS_OUTWEIGH_SILENCE_MS = 300
 
 # - Speech Whisper cannot follow (espeak Spanish through calls and offline) also comes
-#   back as a sentence that says itself again ("I'm going to be doing this, and I'm
-#   going to be doing this.", "I'm not going to be able to do it, but I'm not going to
-#   do it.", "We are going to be doing this, and we will be doing this, and we will..."),
-#   at avg_logprob -0.87 to -1.22: Whisper's repetition loop, above UNRELIABLE_LOGPROB.
-#   Callers who really repeat a phrase ("I want to cancel, I want to cancel my order.",
-#   "Hello? Hello? Can you hear me? Can you hear me?", six clips) scored -0.08 to -0.38.
+#   back as a generic English sentence that says itself again, clause for clause, at
+#   avg_logprob -0.87 to -1.22: Whisper's repetition loop, above UNRELIABLE_LOGPROB.
+#   Callers who really repeat a phrase (a demand said twice, a greeting and a question
+#   said twice on a bad line: six clips) scored -0.08 to -0.38.
 REPEATED_WORDS = 4
 REPETITION_LOGPROB = -0.6
 

@@ -30,11 +30,11 @@ class TurnTaking:
     end_of_turn_threshold: float = 0.5
     min_silence_ms: int = 200  # a finished-sounding turn is answered after this pause
     max_silence_ms: int = 1000  # ...and any turn after this one
-    # A turn whose words stop where a sentence cannot ("a table for", "and...") is given
-    # this long: people pause mid-sentence for up to ~1.5 s to think or read. No longer:
-    # a finished turn Whisper mishears as unfinished (espeak's "Thanks, that's all.
-    # Bye!" as "...now I'll buy...", "and met all by") then still gets its reply inside
-    # 2 s; at 2 s every such turn was dead air (1 in 3 bench turns runs).
+    # A turn whose words stop where a sentence cannot (on a preposition, an "and...") is
+    # given this long: people pause mid-sentence for up to ~1.5 s to think or read. No
+    # longer: a finished turn Whisper mishears as unfinished (a short closing on espeak,
+    # heard as words that dangle) then still gets its reply inside 2 s; at 2 s every
+    # such turn was dead air.
     unfinished_max_silence_ms: int = 1700
     # ...and its reply is drafted from this far into that wait: should the wait run
     # out, the first clause is written and spoken by then (first token ~0.3 s, Piper's
@@ -50,9 +50,9 @@ class TurnTaking:
     long_turn_s: float = 3.0
     long_turn_min_silence_ms: int = 1000
     # ...and this much once they have said this many sentences, or said they will go
-    # on ("let me finish"): a reader's pauses run to ~1 s. Not sooner: two sentences
-    # are as often a statement and its afterthought ("...a table for you. Six people
-    # at noon."), and 1.2 s there put a quarter of 4 concurrent calls' turns past 1.5 s.
+    # on: a reader's pauses run to ~1 s. Not sooner: two sentences are as often a
+    # statement and its afterthought, and 1.2 s there put a quarter of 4 concurrent
+    # calls' turns past 1.5 s.
     reading_sentences: int = 3
     reading_min_silence_ms: int = 1200
     # Speech over the bot this long is an interruption whatever its words (backchannels
@@ -66,44 +66,44 @@ class TurnTaking:
     # Short speech over the bot (a held bot) that is shorter than this and whose words
     # are a backchannel lets the bot go on.
     backchannel_max_ms: int = 1200
-    # ...but not into a pause this short: "No wait, | actually..." pauses at the comma
-    # for 200-400 ms (heard again ~100 ms after it resumes), and Whisper can make a
-    # hum's words of "No wait".
+    # ...but not into a pause this short: a caller opening an interruption with a word
+    # or two pauses at the comma for 200-400 ms (heard again ~100 ms after it resumes),
+    # and Whisper can make a hum's words of such an opening.
     resume_min_silence_ms: int = 450
-    # ...and this long after words that are no backchannel (Whisper's "I'm" for "No
-    # wait,", whose comma pause ran 500 ms in bench turns): they may open a sentence.
-    # No longer: a hold on the bot's own leaked "I'm" then kept it quiet ~1 s, and a
-    # caller takes a bot that quiet for done (bench turns' caller speaks 0.7-0.9 s in).
+    # ...and this long after words that are no backchannel (an opening misheard, whose
+    # comma pause can run 500 ms): they may open a sentence. No longer: a hold on the
+    # bot's own leaked word then kept it quiet ~1 s, and a caller takes a bot that quiet
+    # for done (callers speak up 0.7-0.9 s into a silence).
     resume_after_words_ms: int = 600
-    # Words judged a backchannel, or too short to take the turn ("Six.", "Yes."), whose
+    # Words judged a backchannel, or too short to take the turn (a number, a yes), whose
     # resumed reply then plays out within this much audio were said over its last
-    # words: "For how many?" answered as it ends, or a quick "Yes." into Piper's 110-240
+    # words: a short question answered as it ends, or a quick yes into Piper's 110-240
     # ms of trailing silence, which the bot is held on. They are the caller's turn, and
     # answered once the reply has played out; resumed and played out, they were lost.
-    # A word or two, no more: an "Okay." over "...at seven." is no answer to a "Shall I
-    # book it?" that follows (bench turns' "mhm"s come with >= 3 s still queued).
+    # A word or two, no more: an acknowledgement of one sentence is no answer to the
+    # question that follows it.
     reply_end_words_ms: int = 600
     # ...and only within this long of the words' end: a reply that stalls between two
     # clauses (a slow LLM, a busy box) was not ending when they were said.
     reply_end_words_within_ms: int = 2000
     # A caller who goes on after a pause the bot took for their turn's end (before its
     # reply was heard, or cutting into the reply's first `continuation_heard_ms`: too
-    # soon to be answering its words, and not with "No wait," or "Sorry,") has shown
+    # soon to be answering its words, and not opening an interruption) has shown
     # how long they pause. Their next turn carries on from the answered one (a reader's
     # pauses stay a reader's), and from then on no statement is answered before that
     # pause and `patience_margin_ms` more, up to `patience_max_ms`. Questions stay
-    # quick. A reader cut into kept being talked over: "...ring the bell | twice,
-    # because..." was answered in both pauses. Not 600 ms: on the echo line "a table for
-    # | six people" was answered 0.74 s into the 1.5 s pause, and the caller went on
-    # 0.76 s into the reply; babble's "a cable for you." 0.7-0.9 s in.
+    # quick. A reader cut into kept being talked over: answered in one pause, they were
+    # answered in the next. Not 600 ms: on an echo line a caller pausing 1.5 s after a
+    # preposition was answered 0.74 s in, and went on 0.76 s into the reply; under
+    # babble, 0.7-0.9 s in.
     continuation_heard_ms: int = 1000
     # ...and resumed within this much of the turn's end: a mid-sentence pause runs to
-    # ~1.5 s (the hanging words' wait). A caller answering a short reply ("For how
-    # many?" "Six.") as it ends comes ~1.9 s after their turn (700 ms wait, first audio,
-    # a second of reply) and must not be taken for one who paused that long.
+    # ~1.5 s (the hanging words' wait). A caller answering a short question with a word
+    # as it ends comes ~1.9 s after their turn (700 ms wait, first audio, a second of
+    # reply) and must not be taken for one who paused that long.
     continuation_max_pause_ms: int = 1700
     # A caller who resumes this soon after the Answer, before any reply is heard, went
-    # on (later, "Hello?" to a slow reply is no pause of theirs).
+    # on (later, a caller prompting a slow reply is no pause of theirs).
     reopen_continuation_ms: int = 600
     patience_margin_ms: int = 250
     patience_max_ms: int = 1500

@@ -140,7 +140,7 @@ class TurnEngine:
         self._resumed_at: int | None = None  # the caller's first speech over that reply
         self._continues: Said | None = None  # the answered turn an overlap may go on
         # The pause a turn carried on from the answered one showed: learnt once its
-        # words say it goes on (and is no "No wait,").
+        # words say it goes on (and open no interruption).
         self._carried_pause: int | None = None
         self._carried: Said | None = None  # the answered turn this turn goes on from
         self._patience_ms = 0  # the caller's longest pause the bot answered into, and more
@@ -242,7 +242,7 @@ class TurnEngine:
                 if not self._committed:
                     self._begin_utterance(sample)
                 elif self._answered is not None and self._soon_after_answer(sample):
-                    # (not a caller prompting a slow reply: "Hello?" 1.8 s on)
+                    # (not a caller prompting a slow reply, 1.8 s on)
                     self._learn_pause(sample - self._answered.end)
                 self._answered = None
                 out.append(Reopen(start=self._utterance_start, restore=self._committed))
@@ -278,7 +278,7 @@ class TurnEngine:
             case TurnState.HELD:
                 assert self._overlap is not None
                 self._overlap.stopped = sample
-                # Short: a backchannel, or a short interruption ("stop", "no"). Its
+                # Short: a backchannel, or a short interruption (a word or two). Its
                 # words decide; the bot stays held meanwhile.
                 self._evaluate(sample, out)
             case _:
@@ -318,9 +318,9 @@ class TurnEngine:
         self._overlap = None
         self._resume_after = None
         self._bot_busy = False
-        # Someone who cuts in mostly goes on after their first words ("No wait, |
-        # actually..."), which need not be words we know: under babble Whisper made "No
-        # way." of "No wait," and the bot answered it as a short answer into the pause.
+        # Someone who cuts in mostly goes on after their first words, which need not be
+        # words we know: under babble Whisper made another short phrase of an opening
+        # like that, and the bot answered it as a short answer into the pause.
         self._cut_in = True
         if onset is not None:
             self._carry_on(onset)
@@ -366,8 +366,8 @@ class TurnEngine:
 
     def _judge_carried(self, result: Evaluation) -> None:
         """A turn that cut into the reply soon after it began goes on from the answered
-        turn unless its first words stop or correct the bot: an early "No wait,
-        actually..." is an interruption, a turn of its own, and shows no pause."""
+        turn unless its first words stop or correct the bot: an early correction is an
+        interruption, a turn of its own, and shows no pause."""
         pause = self._carried_pause
         if pause is None or result.hearing is not Hearing.HEARD or not result.text.strip():
             return
@@ -448,7 +448,7 @@ class TurnEngine:
         assert overlap is not None
         speech_ms = _ms((overlap.stopped or self.position) - overlap.start)
         # Nothing made out of it, a backchannel's words, or a hum Whisper made words of:
-        # the bot goes on. Short words that take the turn ("stop", "no, Saturday") stop
+        # the bot goes on. Short words that take the turn (a refusal, a correction) stop
         # it; someone who means to interrupt keeps talking, and that stops it by length.
         if result.hearing is not Hearing.HEARD or (
             not takes_the_turn(result.text, speech_ms=speech_ms)
@@ -471,7 +471,7 @@ class TurnEngine:
         """Resume a backchannel's held bot once the caller has been quiet long enough
         after the `stopped` that was judged.
 
-        Quiet is "nothing loud like a caller": babble that speech detection calls speech
+        Quiet is no frame as loud as a caller's: babble that speech detection calls speech
         does not keep the bot held. The caller speaking up again does: then the overlap
         goes on, and is judged again when it stops (or interrupts by its length).
         """

@@ -43,7 +43,7 @@ class Said:
     end: int  # where its speech ended
     sentences: int
     length_s: float
-    announced: bool  # "let me finish": more is coming
+    announced: bool  # the caller said more is coming
     at: int = 0  # where it was answered
 
 
@@ -85,19 +85,17 @@ class TextRulesJudge:
         length_s, said, announced = turn.said.length_s, turn.said.sentences, turn.said.announced
         reading = announced or (said >= cfg.reading_sentences and length_s >= cfg.long_turn_s)
         if reading:
-            # A reader's sentence opening like a question is mostly their text ("Is it
-            # open..." read out) or Whisper's fragment across a pause: under babble, "are
-            # clean wager and to lemonade." (for "...and two lemonades.") was answered in
-            # 240 ms, mid-reading. A reader asking says it with a rise: Whisper's "?", on
-            # a question of a few words or one Smart Turn is sure of. Whisper made "...ring
-            # the bell | twice" into "...ring the bell. Why?" or "...the bell, why?" in
-            # four of five bench runs (tiny.en and base, every line).
+            # A reader's sentence opening like a question is mostly their text read out
+            # or Whisper's fragment across a pause: under babble, a misheard fragment of
+            # a list that opened like a question was answered in 240 ms, mid-reading. A
+            # reader asking says it with a rise: Whisper's "?", on a question of a few
+            # words or one Smart Turn is sure of. Whisper also makes a question of a
+            # word said after a reader's pause (tiny.en and base, every line).
             last = sentences(text)[-1] if text.strip() else ""
             asked = last.rsplit(",", 1)[-1]
-            # ...and one of several words asks the listener ("can you read it back?"):
-            # a reader's garble Whisper made a question of does not ("...Okay, did I
-            # wrap in 12 maker tree?" for the address, espeak under babble, Smart Turn
-            # 0.02, answered 250 ms into a pause in three runs of two stops).
+            # ...and one of several words asks the listener (a second-person question):
+            # a reader's garble Whisper made a question of does not (an address read
+            # out on espeak under babble, Smart Turn 0.02, answered 250 ms into a pause).
             worded = len(asked.split()) >= 3 and addresses_the_listener(asked)
             question = last.endswith("?") and (worded or sure) and not unfinished
         else:
@@ -108,11 +106,11 @@ class TextRulesJudge:
         # can only shorten the wait.
         if result.hearing is not Hearing.HEARD:
             # No words to go on, so no hurry: asking again into a comma's pause talks
-            # over the caller ("Thanks, | that's all", whose "Thanks" Whisper made "and").
+            # over the caller (a first word Whisper made nothing of, before a comma).
             wait = cfg.statement_min_silence_ms if sure else cfg.max_silence_ms
         elif unfinished and sure and only_trails_off(text):
-            # "Weather..." (Smart Turn 0.96): Whisper's ellipsis is the only sign of
-            # more to come, and the voice sounded done. Waited 2 s, it was dead air.
+            # A word and Whisper's ellipsis (Smart Turn 0.96): the ellipsis is the only
+            # sign of more to come, and the voice sounded done. Waited 2 s, it was dead air.
             wait = cfg.statement_min_silence_ms
         elif unfinished:
             wait = cfg.unfinished_max_silence_ms
@@ -124,11 +122,11 @@ class TextRulesJudge:
             and not claims_the_floor(text)
             and not turn.cut_in
         ):
-            wait = cfg.min_silence_ms  # "Parking.", "Yes.", "Friday evening."
+            wait = cfg.min_silence_ms  # a short answer: a word or two, said as final
         elif sure or sounds_finished(text):
             # A statement can be the first of several sentences, and Whisper makes a
-            # whole one of half a sentence ("a table for" + a pause -> "a table for
-            # it.", which Smart Turn scored 0.95-0.98 on espeak in bench turns).
+            # whole one of half a sentence (a preposition and a pause, closed with an
+            # invented word, which Smart Turn scored 0.95-0.98 on espeak).
             wait = cfg.statement_min_silence_ms
         else:
             wait = cfg.max_silence_ms
@@ -145,15 +143,15 @@ class TextRulesJudge:
                 floor = cfg.long_turn_min_silence_ms
             wait = max(wait, floor)
         if announced and not question:
-            wait = max(wait, cfg.reading_min_silence_ms)  # "...so please let me finish."
+            wait = max(wait, cfg.reading_min_silence_ms)  # they said more is coming
         if not question and wait >= cfg.statement_min_silence_ms:
             wait = max(wait, turn.patience_ms)
         return silence_ms >= wait
 
     def answerable(self, result: Evaluation) -> bool:
-        """Words that answer, should the bot have been ending: a backchannel's ("Yes.",
-        "Okay.") or ones the end-of-turn model is sure of ("Six."), not a hum's words
-        Whisper made ("And make him.") or a sentence's start."""
+        """Words that answer, should the bot have been ending: a backchannel's or ones
+        the end-of-turn model is sure of (a number given), not a hum's words Whisper
+        made or a sentence's start."""
         text = result.text.strip()
         if result.hearing is not Hearing.HEARD or not text or looks_unfinished(text):
             return False

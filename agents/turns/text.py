@@ -20,9 +20,9 @@ __all__ = [
     "wants_a_person",
 ]
 
-# Words a sentence does not end on ("what is it for?" ends on a question mark): someone
-# who stops after one is still thinking. "Thank" is "thank | you": Whisper writes the
-# first word of "Thank you, bye" alone as "Thank." when the caller pauses after it.
+# Words a sentence does not end on (unless a question mark ends it: a preposition can
+# close a question): someone who stops after one is still thinking. "Thank" is half of
+# "thank you": Whisper writes it alone, with a full stop, when the caller pauses there.
 _DANGLING = frozenset(
     """
     a an the and or but because if than to for of with at in on by from into about
@@ -71,7 +71,7 @@ def looks_unfinished(text: str) -> bool:
     if words[-1] in _DANGLING and not stripped.endswith("?"):
         return True
     if words[-1] == "i" and not (len(words) > 1 and _verb_like(words[-2])):
-        return True  # "Yeah, I | think so"; "So do I." is whole
+        return True  # a subject "I" still wants its verb; after a verb it ends the clause
     last = _WORD.findall(sentences(stripped)[-1].lower())
     return _clause_without_verb(last) or _subject_without_verb(last)
 
@@ -87,7 +87,7 @@ def addresses_the_listener(text: str) -> bool:
 
 def only_trails_off(text: str) -> bool:
     """Unfinished only by Whisper's ellipsis: the words before it could end a sentence
-    ("Weather...", a one-word question said flat), unlike "a table for..." """
+    (a one-word question said flat), unlike words ending on a preposition."""
     stripped = text.strip()
     if not stripped.endswith(("...", "…")):
         return False
@@ -95,7 +95,7 @@ def only_trails_off(text: str) -> bool:
     return bool(words) and not looks_unfinished(words)
 
 
-# Words that open a clause needing a verb of its own: "whether the pharmacy | is open".
+# Words that open a clause needing a verb of its own ("whether <subject> <verb>").
 _SUBORDINATORS = frozenset(
     "whether if because unless until although though since while whereas".split()
 )
@@ -103,7 +103,7 @@ _SUBORDINATORS = frozenset(
 _SUBJECT_STARTS = frozenset(
     "the a an my your our their his her its this these those i you we they he she it".split()
 )
-# Finite verbs a clause ends on, and the common ones in base form ("if they deliver").
+# Finite verbs a clause ends on, and common ones in base form (after "if they").
 # A word ending in -s, -ed or -ing, or a contraction, counts as a verb too: a clause
 # taken for finished when it was not costs nothing new (it is answered as before).
 _VERBS = frozenset(
@@ -118,9 +118,10 @@ _VERBS = frozenset(
 
 
 def _clause_without_verb(words: list[str]) -> bool:
-    """Words ending inside a subordinate clause that has a subject and no verb yet:
-    "Could you check whether the pharmacy on Main Street?" (Whisper's question mark at
-    a 1 s pause before "is open on Sunday"; Smart Turn 0.985)."""
+    """Words ending inside a subordinate clause that has a subject and no verb yet.
+
+    Whisper puts a question mark or a full stop at a pause inside such a clause, and
+    Smart Turn can be sure of it there, so the clause's grammar is the only sign left."""
     at = max((i for i, word in enumerate(words) if word in _SUBORDINATORS), default=-1)
     clause = words[at + 1 :]
     if at <= 0 or len(clause) < 2 or clause[0] not in _SUBJECT_STARTS:
@@ -128,12 +129,11 @@ def _clause_without_verb(words: list[str]) -> bool:
     return not any(_verb_like(word) for word in clause)
 
 
-# A sentence that is only "my ..." and a noun or two is the subject of one to come:
-# "My account number | is 4 7 2..." came back "My count number." under babble (Smart
-# Turn 0.98) and was answered 200 ms into the caller's 1.2 s pause. Two words are a
-# sentence of their own ("My pleasure.", "My bad."), and so is one with the number in
-# it ("My account number 4729."); "My credit card." as an answer waits too (1.7 s, its
-# reply drafted from 0.9 s).
+# A sentence that is only "my ..." and a noun or two is mostly the subject of one to
+# come, which Whisper closes with a full stop at the pause before its verb. Two words
+# are a sentence of their own (an idiom), and so is one with a number in it (the
+# number is what was asked for); a bare noun phrase given as an answer only waits
+# longer, and its reply is drafted meanwhile.
 _POSSESSIVES = frozenset("my our".split())
 
 
@@ -150,7 +150,7 @@ def _verb_like(word: str) -> bool:
 
 
 # How an English question opens. Whisper drops the question mark when the voice does not
-# rise (flat callers, synthetic voices): "Can you tell me the hours on Friday."
+# rise (flat callers, synthetic voices), and the opening is what is left of it.
 _QUESTION_OPENERS = frozenset(
     """
     what when where who whom whose which why how can could would will do does did is are
@@ -158,19 +158,19 @@ _QUESTION_OPENERS = frozenset(
     """.split()
 )
 _WH = frozenset("what when where who whom whose which why how".split())
-# ...but a wh-word followed by its subject opens a statement: "What I need is a table."
+# ...but a wh-word followed by its subject opens a statement (a pseudo-cleft).
 _SUBJECTS = frozenset("i we you they he she it".split())
 
 
 def asks_a_question(text: str) -> bool:
     """A finished question: a question mark, or a finished sentence of three words or more
-    that opens like one ("Can you tell me the hours on Friday.")."""
+    that opens like one (a question said flat, which Whisper closes with a full stop)."""
     stripped = text.strip()
     if stripped.endswith("?"):
         return True
     if not sounds_finished(stripped):
         return False
-    # The last sentence is the one that asks: "I'm calling about my order. Where is it."
+    # The last sentence is the one that asks: a statement may come before it.
     last = sentences(stripped)[-1]
     words = _WORD.findall(last.lower())
     if len(words) < 3 or words[0] not in _QUESTION_OPENERS:
@@ -178,7 +178,7 @@ def asks_a_question(text: str) -> bool:
     return not (words[0] in _WH and words[1] in _SUBJECTS)
 
 
-# How a request opens: "Tell me...", "Explain...", "Please read it back to me."
+# How a request opens: an imperative verb, with or without "please".
 _REQUEST_OPENERS = frozenset(
     """
     tell explain give show describe list read repeat send check find help recommend
@@ -188,11 +188,11 @@ _REQUEST_OPENERS = frozenset(
 
 
 def makes_a_request(text: str) -> bool:
-    """A whole turn that is one finished request: "Tell me a story about a lighthouse."
+    """A whole turn that is one finished request (an imperative sentence).
 
     A request wants an answer as much as a question does, and Smart Turn scores it as low
     on a flat voice. Only a turn of one sentence counts: a request read out inside a
-    longer text ("...Baker Street. Please ring the bell twice.") is not the end of it.
+    longer text (delivery instructions, say) is not the end of it.
     """
     stripped = text.strip()
     if not sounds_finished(stripped) or looks_unfinished(stripped):
@@ -205,29 +205,26 @@ def makes_a_request(text: str) -> bool:
     return len(words) >= 3 and words[0] in _REQUEST_OPENERS
 
 
-# A caller taking the floor before saying what they want: "No wait, | actually...".
+# A caller taking the floor before saying what they want, then pausing.
 _FLOOR_CLAIMS = re.compile(
     r"\b(?:wait|hold on|hang on|actually|one (?:sec|second|moment)|just a (?:sec|second|moment)"
     r"|let me|excuse me)\b"
 )
 
 
-# Thanks on their own lead on: "Thanks, | that's all. Bye!", "Thank you, | one more thing".
+# Thanks on their own lead on: to a closing, or to one more request.
 _THANKS = re.compile(r"^(?:(?:thanks|thank you|cheers)(?: (?:so|very) much| a lot)?\s*)+$")
-# A hedge on its own opens a sentence; no one answers with it ("I guess." can be one).
-# Whisper made "I think." of "Thanks," (echo line, Smart Turn 0.66) and the bot spoke
-# into "| that's all. Bye!".
+# A hedge on its own opens a sentence; no one answers with it (a few can be answers).
+# Whisper also makes hedges of other short openings misheard on a poor line.
 _OPENERS = re.compile(r"^(?:(?:oh|well|so|um|uh) )*(?:i think|i mean|you know|well|so)$")
-# "That's all" closes what the caller wanted, and the goodbye mostly follows after a
-# sentence's pause: "Thanks, that's all. | Bye!" (Smart Turn 0.63 on the echo line) was
-# answered 200 ms into it, and the bot spoke over "Bye!".
+# A closing of what the caller wanted is mostly followed by the goodbye after a
+# sentence's pause: answered in it, the bot speaks over the goodbye.
 _CLOSINGS = re.compile(
     r"^(?:(?:thanks|thank you|okay|ok|no|well|so)\s+)*(?:that's|that is) (?:all|it|everything)$"
 )
 
-# An acknowledgement on its own mostly leads on too: "Great, | thanks a lot. Goodbye!"
-# came back "Great." (Smart Turn 0.98, babble line) and was answered 200 ms into the
-# comma's pause, over "thanks a lot". A lone "Great." waits a statement's 700 ms.
+# An acknowledgement on its own mostly leads on too: Whisper closes it with a full stop
+# at the comma's pause, and Smart Turn is sure of it. Alone, it waits a statement's pause.
 _ACKNOWLEDGEMENTS = re.compile(
     r"^(?:(?:oh|okay|ok) )?(?:great|okay|ok|alright|all right|perfect|awesome|wonderful"
     r"|excellent|cool)$"
@@ -235,13 +232,11 @@ _ACKNOWLEDGEMENTS = re.compile(
 
 
 def claims_the_floor(text: str) -> bool:
-    """Words that open a turn rather than make one: "No wait.", "Hold on.", "Actually.",
-    thanks on their own ("Thanks.", before "that's all, bye"), hedges ("I think.") and
-    "that's all" (before the goodbye).
+    """Words that open a turn rather than make one: a claim on the floor, thanks on
+    their own, a hedge, or the closing of a request (before the goodbye).
 
     Whisper closes them with a full stop at the comma pause after them, and Smart Turn
-    is sure of them (0.98 on "No wait.", 0.96 on "Thanks." in bench turns): answered as
-    short answers, the bot spoke over "actually I meant Saturday" and "that's all, bye".
+    is sure of them: answered as short answers, the bot speaks over what follows.
     """
     words = _WORD.findall(text.lower())
     if not 0 < len(words) <= 4:
@@ -254,7 +249,7 @@ def claims_the_floor(text: str) -> bool:
 
 
 # How a caller cutting into the bot opens: to stop or correct it, not to go on with
-# their own sentence ("No wait, actually I meant Saturday" vs "| six people at noon").
+# their own sentence from before the bot spoke.
 _INTERRUPTION_OPENERS = re.compile(
     r"^(?:(?:oh|um|uh|er)\s+)*(?:no|nope|wait|stop|sorry|actually|hey|hello|pardon"
     r"|excuse me|hold on|hang on|one (?:sec|second|moment))(?![\w'-])"
@@ -262,15 +257,14 @@ _INTERRUPTION_OPENERS = re.compile(
 
 
 def opens_an_interruption(text: str) -> bool:
-    """Words over the bot that stop or correct it ("No wait,", "Sorry,", "Hold on")
-    rather than carry on with the caller's own sentence."""
+    """Words over the bot that stop or correct it rather than carry on with the
+    caller's own sentence."""
     joined = " ".join(_WORD.findall(text.lower()))
     return _INTERRUPTION_OPENERS.match(joined) is not None
 
 
-# A caller saying that more is coming: "I'm going to read you my whole order, so please
-# let me finish." Smart Turn scored that sentence 0.62 and the bot, sure of a finished
-# statement, answered into the reader's 750 ms pause before "First, two large pizzas".
+# A caller saying that more is coming (a list, a spelling, a text read out): the pauses
+# between its parts sound final, and a bot sure of a finished statement answers in them.
 _ANNOUNCES_MORE = re.compile(
     r"\b(?:let me (?:finish|explain|read|list|go through|spell|think|see|check)"
     r"|(?:i'm|i am) (?:going to|gonna) (?:read|list|spell|go through|tell you|give you)"
@@ -279,12 +273,12 @@ _ANNOUNCES_MORE = re.compile(
 
 
 def announces_more(text: str) -> bool:
-    """The caller says a long turn is coming: "let me finish", "I'm going to read you..."."""
+    """The caller says a long turn is coming."""
     return _ANNOUNCES_MORE.search(" ".join(_WORD.findall(text.lower()))) is not None
 
 
 def is_backchannel(text: str) -> bool:
-    """Only listener noises ("mhm", "okay", "right", "yeah, yeah", "uh-huh")."""
+    """Only listener noises: the closed class of backchannels."""
     # Whisper spells hums out: "M-H-M", "Mm-hmm", "uh-huh", "M.H.M".
     words = [w.replace("-", "") for w in _WORD.findall(text.lower().replace(".", "-"))]
     if not words or len(words) > 4:
@@ -295,7 +289,7 @@ def is_backchannel(text: str) -> bool:
     return all(word in _BACKCHANNELS for word in words)
 
 
-# A caller closing the call: "bye", "goodbye", "thanks, bye", "that's all, goodbye".
+# A caller closing the call: the closed class of English leave-takings.
 _FAREWELL = re.compile(
     r"\b(good ?bye|bye(?:[- ]bye)?|see you|talk (?:to you )?later"
     r"|have a (?:good|nice) (?:day|one|evening|night))\b"
@@ -307,8 +301,8 @@ _POLITE = frozenset(
     lots oh ah fine good now cheers
     """.split()
 )
-# Not "yes", "yeah", "sure": "Yes, see you then." answers "Shall I book it?", and a
-# goodbye line in its place would lose the booking.
+# Not "yes", "yeah", "sure": a yes with a leave-taking answers the bot's question, and a
+# goodbye line in its place would lose what was agreed.
 
 
 def is_farewell(text: str) -> bool:
@@ -318,8 +312,7 @@ def is_farewell(text: str) -> bool:
         return False
     if not _FAREWELL.search(lowered):
         return False
-    # Everything else they said is politeness: "thank you so much, bye!", not "bye, but
-    # first tell me the hours".
+    # Everything else they said is politeness, not a request put before the goodbye.
     rest = _FAREWELL.sub(" ", lowered)
     return all(word in _POLITE for word in _WORD.findall(rest))
 
@@ -334,11 +327,11 @@ _TURN_TAKING_WORDS = frozenset(
 
 
 def takes_the_turn(text: str, *, speech_ms: int) -> bool:
-    """Short words over the bot that stop it: "stop", "wait", "no, Saturday", a question,
+    """Short words over the bot that stop it: a word that claims the turn, a question,
     or a sentence of three words or more lasting 800 ms.
 
-    Anything else that short is taken for a hum or a noise: Whisper writes a hummed
-    "mhm" as "M-A-M", "and make him" or "in a game" (measured on espeak and Piper: up
+    Anything else that short is taken for a hum or a noise: Whisper spells a hummed
+    backchannel as letters or unrelated short words (measured on espeak and Piper: up
     to four words within 740 ms), and a bot that stopped for those would never get a
     long reply out. Someone who meant to interrupt keeps talking, and that stops the bot
     by its length.
@@ -353,7 +346,7 @@ def takes_the_turn(text: str, *, speech_ms: int) -> bool:
     return any(word in _TURN_TAKING_WORDS for word in words)
 
 
-# A caller asking for a human: "can I talk to a real person", "transfer me", "operator".
+# A caller asking for a human: to speak to one, to be put through, or naming the role.
 _PERSON = (
     r"(?:a |an |the |some |your )?(?:real |live |actual |human )?"
     r"(?:person|human|someone|somebody|agent|representative|operator|manager|staff)"
