@@ -218,7 +218,7 @@ class EndOfTurn(CallEvent):
     """The caller's turn was judged over: the signals that decided it."""
 
     name: ClassVar[str] = "end_of_turn"
-    probability: float = 0.0
+    probability: float | None = 0.0  # Smart Turn's; None: not run (the words judged)
     silence_ms: int = 0
     text: str = ""
     hearing: str = ""  # heard / unclear / nothing: what the transcript's evidence said

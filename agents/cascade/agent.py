@@ -185,6 +185,7 @@ class CascadeAgent:
             words=models.words_judge,
             bot_line=conversation.last_bot_line,
             rate=RATE,
+            voice=turn_taking.fused.hears_the_voice,
         )
         self._response: asyncio.Task[None] | None = None
         self._response_turn: Turn | None = None

@@ -1,7 +1,8 @@
 """The turn evaluator: the caller's audio, and the evaluations the turn engine asks for.
 
-An evaluation is the end-of-turn model (Smart Turn, on the utterance's audio) and Whisper
-(on its words), side by side; the engine decides from the result. Both the cascade agent
+An evaluation is Whisper (on the utterance's words), then the words judge on them, with
+the end-of-turn model (Smart Turn, on its audio) beside Whisper where the turn judge gives
+it weight; the engine decides from the result. Both the cascade agent
 and the duplex cascade backend drive the engine through this one class: the agent starts
 evaluations in the background at every short pause and drops them when the caller goes
 on; the duplex backend runs them inline, one unit at a time.
@@ -92,13 +93,17 @@ class TurnEvaluator:
         words: WordsJudge | None = None,
         bot_line: Callable[[], str] = lambda: "",
         rate: int = 16000,
+        voice: bool = True,
     ) -> None:
         """`utterance_start`: where the caller's current turn began (the engine's), so a
         superseded evaluation's words are kept only while its turn goes on. `words`:
         the words judge, asked once Whisper has heard words, with `bot_line()` (what the
-        caller last heard the bot say) as their context."""
+        caller last heard the bot say) as their context. `voice`: the turn judge weighs
+        Smart Turn's score beside the words judge's; when it does not, Smart Turn runs
+        only on turns the words judge cannot score (with no words judge, on all)."""
         self.end_of_turn = end_of_turn
         self.words = words
+        self.voice = voice or words is None
         self._bot_line = bot_line
         self._utterance_start = utterance_start
         self.stt = stt
@@ -198,13 +203,22 @@ class TurnEvaluator:
         new_audio: np.ndarray,
         before: _Transcribed | None,
     ) -> Evaluation | BackendError:
-        """Smart Turn on the utterance, Whisper on what `before` has not transcribed.
+        """Whisper on what `before` has not transcribed, then the words judge, with Smart
+        Turn on the utterance beside Whisper when its score counts (see `voice`), or
+        after the words judge when that has no score.
+
+        Smart Turn is left out when it would not count because on a small CPU it runs
+        beside Whisper, on the same cores, while the caller waits for the answer.
 
         A failure is returned, not raised: an exception here would end the whole call."""
-        eot = self._run("end_of_turn", self.end_of_turn.predict, audio)
         stt = self._run("stt", self.stt.transcribe, new_audio)
+        probability: float | None = None
         try:
-            probability, transcript = await asyncio.gather(eot, stt)
+            if self.voice:
+                eot = self._run("end_of_turn", self.end_of_turn.predict, audio)
+                probability, transcript = await asyncio.gather(eot, stt)
+            else:
+                transcript = await stt
         except BackendError as exc:
             return exc
         except Exception as exc:  # the end-of-turn model: onnxruntime errors
@@ -222,9 +236,18 @@ class TurnEvaluator:
                 # An extra opinion, not the turn: without it the judge falls back on the
                 # rules, and the caller's words are still answered.
                 log.warning("the words judge failed (%s); judging this turn without it", exc)
+        if probability is None and words is None:
+            # No words score (no words heard, or the judge failed): the voice is what is
+            # left to go on.
+            try:
+                probability = await self._run("end_of_turn", self.end_of_turn.predict, audio)
+            except BackendError as exc:
+                return exc
+            except Exception as exc:
+                return _eot_error(exc)
         return Evaluation(
             end=ticket.end,
-            probability=float(probability),
+            probability=None if probability is None else float(probability),
             text=text,
             hearing=hearing,
             capped=ticket.capped,

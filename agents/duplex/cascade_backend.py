@@ -383,6 +383,7 @@ class CascadeDuplexBackend:
             words=self.words_judge,
             bot_line=self._last_bot_line,
             rate=CALLER_RATE,
+            voice=self.config.turn_taking.fused.hears_the_voice,
         )
         self._position = 0  # caller samples received
         self._speech_run_start = 0  # for the "mhm" backchannel the bot may say itself

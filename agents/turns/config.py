@@ -22,6 +22,12 @@ class FusedWeights:
     sure_wait_ms: int
     unsure_wait_ms: int
 
+    @property
+    def hears_the_voice(self) -> bool:
+        """Whether Smart Turn's score counts: when it does not, it need not be computed
+        on turns the words judge scores."""
+        return self.smart_turn != 0.0
+
 
 @dataclass(frozen=True, slots=True)
 class TurnTaking:

@@ -578,7 +578,7 @@ class TurnEngine:
     def _emit_end_of_turn(self, result: Evaluation, silence_ms: int) -> None:
         self._emit(
             EndOfTurn(
-                probability=round(result.probability, 3),
+                probability=None if result.probability is None else round(result.probability, 3),
                 silence_ms=silence_ms,
                 text=result.text,
                 hearing=result.hearing.value,

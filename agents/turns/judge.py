@@ -75,7 +75,7 @@ class TextRulesJudge:
     def ends_turn(self, turn: TurnSoFar, silence_ms: int) -> bool:
         cfg = self.cfg
         result = turn.result
-        sure = result.probability >= cfg.end_of_turn_threshold
+        sure = _voice(result) >= cfg.end_of_turn_threshold
         text = result.text
         unfinished = looks_unfinished(text)
         if result.capped:
@@ -155,7 +155,7 @@ class TextRulesJudge:
         text = result.text.strip()
         if result.hearing is not Hearing.HEARD or not text or looks_unfinished(text):
             return False
-        return is_backchannel(text) or result.probability >= self.cfg.end_of_turn_threshold
+        return is_backchannel(text) or _voice(result) >= self.cfg.end_of_turn_threshold
 
 
 class FusedJudge:
@@ -173,8 +173,13 @@ class FusedJudge:
         self._without_words = TextRulesJudge(config)
 
     @staticmethod
-    def features(words: float | None, smart_turn: float) -> list[float]:
-        return [1.0, _logit(0.5 if words is None else words), _logit(smart_turn)]
+    def features(words: float | None, smart_turn: float | None) -> list[float]:
+        unknown = 0.5  # a score not taken says nothing either way
+        return [
+            1.0,
+            _logit(unknown if words is None else words),
+            _logit(unknown if smart_turn is None else smart_turn),
+        ]
 
     def probability(self, result: Evaluation) -> float:
         w = self.weights
@@ -211,6 +216,12 @@ class FusedJudge:
         if heard and result.words is None:
             return self._without_words.answerable(result)
         return heard and self.probability(result) >= 0.5
+
+
+def _voice(result: Evaluation) -> float:
+    """Smart Turn's score; one not taken is no sign of an end. (The evaluator takes it
+    whenever the words judge has no score, so the rules judge always has it.)"""
+    return 0.0 if result.probability is None else result.probability
 
 
 def _logit(p: float) -> float:

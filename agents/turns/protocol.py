@@ -72,7 +72,9 @@ class Evaluation:
     """The end-of-turn model and the transcript on the utterance up to `end`."""
 
     end: int
-    probability: float
+    # Smart Turn's P(complete) for the audio; None when it was not run: a judge that
+    # gives it no weight had the words judge's score instead.
+    probability: float | None
     text: str
     hearing: Hearing
     capped: bool = False

@@ -7,6 +7,7 @@ probability; these tests pin that shape on chosen weights, not on any sentence.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -155,7 +156,11 @@ class _Stt:
 
 
 class _SmartTurn:
+    def __init__(self) -> None:
+        self.runs = 0
+
     def predict(self, audio_16k: np.ndarray) -> float:
+        self.runs += 1
         return 0.4
 
 
@@ -163,13 +168,16 @@ async def _inline(stage: str, fn: Callable[..., T], /, *args: Any) -> T:
     return fn(*args)
 
 
-def _evaluator(text: str, words: _Words) -> TurnEvaluator:
+def _evaluator(
+    text: str, words: _Words | None, *, voice: bool = True, smart_turn: _SmartTurn | None = None
+) -> TurnEvaluator:
     evaluator = TurnEvaluator(
-        end_of_turn=_SmartTurn(),
+        end_of_turn=smart_turn or _SmartTurn(),
         stt=_Stt(text),
         run=_inline,
         words=words,
         bot_line=lambda: "What can I do for you?",
+        voice=voice,
     )
     evaluator.audio.add(0, np.full(16000, 0.1, np.float32))
     return evaluator
@@ -198,3 +206,49 @@ async def test_a_failing_words_judge_costs_the_turn_only_its_score() -> None:
     )
     assert isinstance(result, Evaluation)
     assert result.text == "I need a taxi." and result.words is None
+
+
+# --- Smart Turn runs where its score counts ---------------------------------------------
+
+
+async def test_smart_turn_is_not_run_on_words_the_judge_scores_when_it_has_no_weight() -> None:
+    smart_turn = _SmartTurn()
+    evaluator = _evaluator("I need a taxi.", _Words(0.7), voice=False, smart_turn=smart_turn)
+    result = await evaluator.evaluate_now(Evaluate(0, 16000, speech_ms=900))
+    assert isinstance(result, Evaluation)
+    assert result.words == 0.7 and result.probability is None
+    assert smart_turn.runs == 0
+
+
+@pytest.mark.parametrize(
+    ("heard", "words"), [("I need a taxi.", _Words(fail=True)), ("", _Words(0.7))]
+)
+async def test_smart_turn_still_runs_when_the_words_judge_gives_no_score(
+    heard: str, words: _Words
+) -> None:
+    smart_turn = _SmartTurn()
+    evaluator = _evaluator(heard, words, voice=False, smart_turn=smart_turn)
+    result = await evaluator.evaluate_now(Evaluate(0, 16000, speech_ms=900))
+    assert isinstance(result, Evaluation)
+    assert result.words is None and result.probability == 0.4
+    assert smart_turn.runs == 1
+
+
+async def test_smart_turn_always_runs_without_a_words_judge() -> None:
+    smart_turn = _SmartTurn()
+    evaluator = _evaluator("I need a taxi.", None, voice=False, smart_turn=smart_turn)
+    result = await evaluator.evaluate_now(Evaluate(0, 16000, speech_ms=900))
+    assert isinstance(result, Evaluation) and result.probability == 0.4
+    assert smart_turn.runs == 1
+
+
+def test_the_fitted_weights_say_whether_smart_turn_counts() -> None:
+    fitted = TurnTaking().fused
+    assert fitted.hears_the_voice is (fitted.smart_turn != 0.0)
+    assert replace(fitted, smart_turn=0.5).hears_the_voice
+    assert not replace(fitted, smart_turn=0.0).hears_the_voice
+
+
+def test_the_fused_judge_reads_a_score_not_taken_as_no_sign_either_way() -> None:
+    judge = FusedJudge(TurnTaking(), replace(TurnTaking().fused, smart_turn=1.0))
+    assert judge.features(0.7, None) == judge.features(0.7, 0.5)
