@@ -82,10 +82,16 @@ class Playback:
         self._held_heard: list[Heard] = []
         self._held_at = 0
         self._echo = asyncio.Event()  # set at each echo or clear: `played_out` rechecks
+        self._unheld = asyncio.Event()  # set while not holding
+        self._unheld.set()
 
     @property
     def holding(self) -> bool:
         return self._held is not None
+
+    async def until_unheld(self) -> None:
+        """Return once the bot is not held (at once if it is not)."""
+        await self._unheld.wait()
 
     def stopped_at(self) -> int:
         """Where on the call clock the caller stopped hearing the bot, were it cleared now:
@@ -164,12 +170,14 @@ class Playback:
         if pieces:
             _fade_in(pieces[0].pcm16)
         self._held = pieces
+        self._unheld.clear()
         self._echo.set()
         return self._held_heard
 
     async def resume(self) -> int:
         """Send the held audio; returns how long it was held, in 8 kHz samples."""
         pieces, self._held = self._held, None
+        self._unheld.set()
         self._echo.set()
         if pieces is None:
             return 0
@@ -182,6 +190,7 @@ class Playback:
         if self._held is not None:
             # Twilio was cleared at the hold; what was heard was decided then.
             self._held = None
+            self._unheld.set()
             heard, self._held_heard = self._held_heard, []
             return heard
         await self._sink.send_clear()

@@ -163,6 +163,10 @@ class ReplyWriter:
         async def speak() -> None:
             first = True
             while (clause := await clauses.get()) is not None:
+                # While the caller holds the bot, its audio waits and so can the next
+                # clause's synthesis: the cores are the held words' transcription's,
+                # which decides how long the caller hears nothing.
+                await self._playback.until_unheld()
                 pcm = await self.synthesize(clause)
                 if first:
                     first = False

@@ -1,6 +1,8 @@
 """Playback: the bot's clauses out as mu-law chunks and marks, and what was heard of them."""
 
+import asyncio
 import math
+from collections.abc import Awaitable
 
 import numpy as np
 
@@ -184,3 +186,33 @@ async def test_a_clause_with_no_audio_sends_nothing() -> None:
     playback, sink, _ = _playback()
     await playback.play(np.zeros(0, dtype=np.float32), TTS_RATE, "—", turn_id=1)
     assert sink.sent == []
+
+
+async def _returns_within(awaitable: Awaitable[None], seconds: float) -> bool:
+    try:
+        await asyncio.wait_for(awaitable, seconds)
+    except TimeoutError:
+        return False
+    return True
+
+
+async def test_waiting_for_the_bot_to_be_unheld_returns_at_once_when_it_is_not_held() -> None:
+    playback, _, _ = _playback()
+    assert await _returns_within(playback.until_unheld(), 0.1)
+
+
+async def test_waiting_for_the_bot_to_be_unheld_lasts_until_it_resumes() -> None:
+    playback, _, _ = _playback()
+    await playback.play(tone(0.4, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    await playback.hold()
+    assert not await _returns_within(playback.until_unheld(), 0.05)
+    await playback.resume()
+    assert await _returns_within(playback.until_unheld(), 0.1)
+
+
+async def test_waiting_for_the_bot_to_be_unheld_ends_when_the_held_bot_is_cleared() -> None:
+    playback, _, _ = _playback()
+    await playback.play(tone(0.4, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    await playback.hold()
+    await playback.clear()
+    assert await _returns_within(playback.until_unheld(), 0.1)
