@@ -85,9 +85,23 @@ class RedisServer:
         binary = _binary("redis-server", "apt-get install redis-server (scripts/bootstrap.sh does)")
         log = self.workdir / "redis.log"
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.workdir), "--logfile", str(log)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+                "--logfile",
+                str(log),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         _wait_for_port(self.port, 10.0, self.proc, log)
         return self
@@ -120,22 +134,46 @@ class S3Server:
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "s3.json"
-        config.write_text(json.dumps({"identities": [{
-            "name": "offhook",
-            "credentials": [{"accessKey": S3_ACCESS_KEY, "secretKey": S3_SECRET_KEY}],
-            "actions": ["Admin", "Read", "List", "Tagging", "Write"],
-        }]}))
+        config.write_text(
+            json.dumps(
+                {
+                    "identities": [
+                        {
+                            "name": "offhook",
+                            "credentials": [
+                                {"accessKey": S3_ACCESS_KEY, "secretKey": S3_SECRET_KEY}
+                            ],
+                            "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+                        }
+                    ]
+                }
+            )
+        )
         log = self.workdir / "weed.log"
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [binary, "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                 f"-master.port={_weed_port()}", f"-volume.port={_weed_port()}",
-                 f"-filer.port={_weed_port()}", "-s3", f"-s3.port={self.port}",
-                 f"-s3.config={config}", "-master.telemetry=false",
-                 # Each bucket takes 7 volumes: room for many small ones.
-                 "-volume.max=200", "-master.volumeSizeLimitMB=64",
-                 "-s3.port.iceberg=0", "-s3.port.lance=0", "-volume.preStopSeconds=0"],
-                stdout=out, stderr=subprocess.STDOUT,
+                [
+                    binary,
+                    "server",
+                    f"-dir={data}",
+                    "-ip=127.0.0.1",
+                    "-ip.bind=127.0.0.1",
+                    f"-master.port={_weed_port()}",
+                    f"-volume.port={_weed_port()}",
+                    f"-filer.port={_weed_port()}",
+                    "-s3",
+                    f"-s3.port={self.port}",
+                    f"-s3.config={config}",
+                    "-master.telemetry=false",
+                    # Each bucket takes 7 volumes: room for many small ones.
+                    "-volume.max=200",
+                    "-master.volumeSizeLimitMB=64",
+                    "-s3.port.iceberg=0",
+                    "-s3.port.lance=0",
+                    "-volume.preStopSeconds=0",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
         _wait_for_port(self.port, 60.0, self.proc, log)
         return self

@@ -66,7 +66,10 @@ async def assert_still_answers(bot: Bot) -> None:
     report = await simulate_call(
         SimulationConfig(
             # Up to 3 s for the greeting to start on a busy box, then hang up.
-            base_url=bot.url, auth_token=AUTH_TOKEN, hangup_after_ms=3000, max_call_s=3
+            base_url=bot.url,
+            auth_token=AUTH_TOKEN,
+            hangup_after_ms=3000,
+            max_call_s=3,
         )
     )
     assert report.greeting_start_ms is not None, "a follow-up call was not answered"

@@ -91,8 +91,11 @@ def _app(server: Server) -> Starlette:
             server.starts.append(start["start"])
             payload = base64.b64encode(mulaw_encode(_tone(4000))).decode()
             await ws.send_json(
-                {"event": "media", "streamSid": start["start"]["streamSid"],
-                 "media": {"payload": payload}}
+                {
+                    "event": "media",
+                    "streamSid": start["start"]["streamSid"],
+                    "media": {"payload": payload},
+                }
             )
             while True:
                 message = json.loads(await ws.receive_text())
