@@ -31,6 +31,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive free ports, below the kernel's ephemeral range
+    (32768 and up on Linux): one next to a free ephemeral port is often some client
+    connection's own port, held for as long as that connection lives."""
+    for _ in range(200):
+        first = free_port() % 12000 + 20000
+        try:
+            for port in range(first, first + count):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return first
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
 def _weed_port() -> int:
     """A free port whose gRPC twin (SeaweedFS listens on port + 10000) is free too."""
     for _ in range(200):

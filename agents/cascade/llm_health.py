@@ -134,7 +134,13 @@ class EmbeddedLlmSupervisor:
     def reason(self) -> str:
         if self.ready:
             return ""
-        causes = "; ".join(cause for cause in self._causes if cause)
+        # A death the watcher has not handled yet (it is reaped before the watcher runs)
+        # is still said, from the process's own exit.
+        known = (
+            cause or (server.exit_reason or "")
+            for cause, server in zip(self._causes, self.servers, strict=True)
+        )
+        causes = "; ".join(cause for cause in known if cause)
         return f"no embedded LLM server is up ({causes or 'restarting'})"
 
     def alive(self, index: int) -> bool:

@@ -385,6 +385,17 @@ class EmbeddedLlamaServer:
         return self._process is not None and self._process.returncode is None
 
     @property
+    def exit_reason(self) -> str | None:
+        """Why the process ended, from the moment it is reaped (None while it runs, or
+        once stopped); the log's last lines may not all be read yet."""
+        process = self._process
+        if process is None or process.returncode is None:
+            return None
+        return describe_exit(
+            process.returncode, list(self._log_tail), port=self.port, model=self.model_path
+        )
+
+    @property
     def stopped_cleanly(self) -> bool:
         """Its last exit was a clean stop (code 0, SIGTERM or SIGINT), not a crash."""
         return self._last_exit in (0, -signal.SIGTERM, -signal.SIGINT)

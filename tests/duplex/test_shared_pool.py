@@ -31,7 +31,7 @@ from agents.duplex.shared_pool import SharedWorkerPool
 from agents.duplex.supervisor import WorkerSupervisor
 from app.services import Services, open_pool
 from tests.conftest import test_settings as settings_for
-from tests.services import RedisServer, free_port
+from tests.services import RedisServer, free_port, free_ports
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -283,7 +283,7 @@ async def test_a_static_pool_passes_a_busy_local_worker_over_without_killing_it(
         return [sys.executable, "-m", "tests.duplex.idle_worker", str(port)]
 
     options = {"command": command, "interval_s": 0.2, "backoff_s": 0.1}
-    async with WorkerSupervisor(2, free_port(), **options) as supervisor:  # type: ignore[arg-type]
+    async with WorkerSupervisor(2, free_ports(2), **options) as supervisor:  # type: ignore[arg-type]
         ready = await supervisor.wait_ready(60)
         assert ready, [(w.url, w.state, w.spawned) for w in supervisor.workers]
         watch = asyncio.create_task(supervisor.run())

@@ -16,6 +16,7 @@ import pytest
 from agents.duplex.pool import PoolWorkerState, WorkerPool
 from agents.duplex.supervisor import WorkerSupervisor
 from ops.local_server import free_port
+from tests.services import free_ports
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,7 +28,7 @@ def idle_worker(index: int, port: int) -> list[str]:
 @asynccontextmanager
 async def supervised(count: int = 1, **options: Any) -> AsyncIterator[WorkerSupervisor]:
     """Workers started, waited for, and watched; everything stopped afterwards."""
-    first = free_port()
+    first = free_ports(count)
     options = {"command": idle_worker, "interval_s": 0.2, "backoff_s": 0.1, **options}
     async with WorkerSupervisor(count, first, **options) as supervisor:
         assert await supervisor.wait_ready(60), "the workers never became ready"
