@@ -35,10 +35,14 @@ _DANGLING = frozenset(
 _BACKCHANNELS = frozenset(
     """
     mhm mhmm mmhm mmhmm mm mmm hmm hm uhhuh uhuh uh huh yeah yes yep yup ok okay right sure
-    alright aha ah oh i see got it gotcha true exactly indeed cool great nice wow
+    alright aha ah oh gotcha true exactly indeed cool great nice wow
     """.split()
 )
-_BACKCHANNEL_PHRASES = frozenset({"i see", "got it", "all right", "uh huh", "mm hmm"})
+# ...and two-word ones, whose words alone are not (a pronoun or a verb on its own is the
+# start of a sentence, not a listener's noise).
+_BACKCHANNEL_PHRASES = frozenset(
+    {("i", "see"), ("got", "it"), ("all", "right"), ("uh", "huh"), ("mm", "hmm")}
+)
 _WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
 
 
@@ -283,10 +287,15 @@ def is_backchannel(text: str) -> bool:
     words = [w.replace("-", "") for w in _WORD.findall(text.lower().replace(".", "-"))]
     if not words or len(words) > 4:
         return False
-    joined = " ".join(words)
-    if joined in _BACKCHANNEL_PHRASES:
-        return True
-    return all(word in _BACKCHANNELS for word in words)
+    at = 0
+    while at < len(words):
+        if tuple(words[at : at + 2]) in _BACKCHANNEL_PHRASES:
+            at += 2
+        elif words[at] in _BACKCHANNELS:
+            at += 1
+        else:
+            return False
+    return True
 
 
 # A caller closing the call: the closed class of English leave-takings.

@@ -9,6 +9,7 @@ from agents.turns.text import (
     announces_more,
     asks_a_question,
     claims_the_floor,
+    is_backchannel,
     is_farewell,
     looks_unfinished,
     makes_a_request,
@@ -329,3 +330,15 @@ def test_a_goodbye_is_a_farewell(text: str) -> None:
 )
 def test_words_around_a_goodbye_that_ask_more_are_not_a_farewell(text: str) -> None:
     assert not is_farewell(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["Mm-hmm.", "M-H-M", "Uh-huh.", "Yeah, yeah.", "Oh, I see.", "Okay, got it.", "Right."]
+)
+def test_listener_noises_are_backchannels(text: str) -> None:
+    assert is_backchannel(text)
+
+
+@pytest.mark.parametrize("text", ["It.", "See?", "I.", "Got.", "Yeah, I got the", "No."])
+def test_a_word_of_a_backchannel_phrase_alone_is_not_one(text: str) -> None:
+    assert not is_backchannel(text)
