@@ -5,8 +5,10 @@
 Material is made fresh for every run (benchmarks/judge_material.py): caller lines from
 chatterbot-corpus, each paused at a random word boundary, in random espeak-ng and Piper
 voices and rates, on clean and babble lines. At each pause and at each line's end, the
-models hear what a call would have heard by then: Whisper's words, Smart Turn's score,
-and the words judge's score (agents/cascade/words_judge.py) with the bot's line before.
+models hear what a call would have heard by then: Whisper's words (on the audio with a
+pause inside the speech cut short where a call's front end finds one, as a call does;
+`--pauses whole` hears it whole), Smart Turn's score, and the words judge's score
+(agents/cascade/words_judge.py) with the bot's line before.
 
 Each judge says how long a silence it waits before answering. Waiting less than a pause
 is a cut-off (the bot would answer the half sentence); at a line's end, the wait is the
@@ -21,7 +23,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,13 +31,17 @@ import numpy as np
 from agents.cascade.stt import WhisperTranscriber
 from agents.cascade.turn_evaluator import heard_as
 from agents.cascade.words_judge import LlamaWordsJudge
+from agents.turns.audio import CallerAudio
 from agents.turns.config import FusedWeights, TurnTaking
 from agents.turns.judge import FusedJudge, Said, TextRulesJudge, TurnSoFar
 from agents.turns.protocol import Evaluation, Hearing
 from agents.turns.text import announces_more, sentences
 from benchmarks.judge_material import Item, corpus_pairs, draw, pool_of, speak, to_16k
 from benchmarks.provenance import provenance
+from media.codec import mulaw_encode
+from media.frontend import FrontEnd
 from media.turn import EndOfTurnModel
+from media.vad import VadEvent
 from ops.caller_voice import CallerVoice
 
 __all__ = ["Observation", "main"]
@@ -63,8 +69,16 @@ class Observation:
 
 
 def observe(
-    items: list[Item], seed: int, stt_model: Path, smart_turn: Path, gguf: Path
+    items: list[Item],
+    seed: int,
+    stt_model: Path,
+    smart_turn: Path,
+    gguf: Path,
+    *,
+    shorten_pauses: bool = True,
 ) -> list[Observation]:
+    """`shorten_pauses`: Whisper hears a pause inside the speech cut short, as in a call
+    (agents/turns/audio.py), where the call's speech detection finds one."""
     rng = np.random.default_rng(seed + 1)
     stt = WhisperTranscriber(stt_model, threads=2)
     turn = EndOfTurnModel(smart_turn, threads=1)
@@ -76,9 +90,13 @@ def observe(
         pause_ms = (spoken.pause_end - spoken.pause_start) * 1000 / RATE
         tail = int(EVAL_TAIL_MS * RATE / 1000)
         ended = np.concatenate([spoken.audio, np.zeros(tail, np.int16)])
+        events = speech_events(ended) if shorten_pauses else []
         for final, upto in ((False, spoken.pause_start), (True, spoken.audio.size)):
             audio = to_16k(ended[: upto + tail])
-            transcript = stt.transcribe(audio)
+            heard = CallerAudio(16000)
+            heard.add(0, audio)
+            heard.speech(events)
+            transcript = stt.transcribe(heard.for_words(0, audio.size))
             speech_s = upto / RATE
             hearing = heard_as(transcript, int(speech_s * 1000))
             started = time.perf_counter()
@@ -100,6 +118,20 @@ def observe(
         if (index + 1) % 20 == 0 or index + 1 == len(items):
             print(f"  {index + 1}/{len(items)} lines heard", file=sys.stderr, flush=True)
     return found
+
+
+def speech_events(audio_8k: np.ndarray) -> list[VadEvent]:
+    """Where a call's front end (echo canceller, speech gate, Silero) hears speech start
+    and stop in `audio_8k`, on the 16 kHz clock of `to_16k(audio_8k)`."""
+    front = FrontEnd()
+    lead = np.zeros(RATE, np.int16)  # a second of line before the caller speaks
+    line = np.concatenate([lead, audio_8k.astype(np.int16)])
+    events: list[VadEvent] = []
+    for at in range(0, line.size - 159, 160):
+        events += front.process(mulaw_encode(line[at : at + 160])).events
+    front.close()
+    shift = 2 * lead.size
+    return [replace(event, sample=event.sample - shift) for event in events]
 
 
 def _turn(obs: Observation) -> TurnSoFar:
@@ -235,6 +267,7 @@ def describe(items: list[Item], observations: list[Observation]) -> dict[str, fl
         return round(float(wins), 3)
 
     return {
+        "heard_ends": round(sum(o.hearing == "heard" for o in ends) / max(len(ends), 1), 3),
         "wer": pooled_wer(None),
         "wer_espeak": pooled_wer("espeak"),
         "wer_piper": pooled_wer("piper"),
@@ -243,7 +276,7 @@ def describe(items: list[Item], observations: list[Observation]) -> dict[str, fl
     }
 
 
-def _observe_fresh(items: list[Item], seed: int, stt: str) -> list[Observation]:
+def _observe_fresh(items: list[Item], seed: int, stt: str, shorten: bool) -> list[Observation]:
     from agents.assets import STT_ASSETS, ModelCache
     from app.settings import Settings
 
@@ -255,6 +288,7 @@ def _observe_fresh(items: list[Item], seed: int, stt: str) -> list[Observation]:
         cache.path(STT_ASSETS[stt]),
         cache.path("smart-turn-v3.2"),
         cache.path("smollm2-135m-instruct"),
+        shorten_pauses=shorten,
     )
 
 
@@ -269,6 +303,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the mean wait at a turn's end the refit may spend (default: the rules "
         "judge's own mean on the tuning half, so the two answer as fast on average)",
+    )
+    parser.add_argument(
+        "--pauses",
+        choices=("shortened", "whole"),
+        default="shortened",
+        help="what Whisper hears of a pause inside the speech: cut short where speech "
+        "detection finds one, as in a call (default), or whole",
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
@@ -290,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
         rng = np.random.default_rng(seed)
         items = draw(rng, args.items, corpus_pairs())
-        observations = _observe_fresh(items, seed, args.stt)
+        observations = _observe_fresh(items, seed, args.stt, args.pauses == "shortened")
     tuning = [o for o in observations if pool_of(items[o.item].caller) == "tuning"]
     held_out = [o for o in observations if pool_of(items[o.item].caller) == "held-out"]
     config = TurnTaking()
@@ -316,11 +357,12 @@ def main(argv: list[str] | None = None) -> int:
         waits = f"{p50:.0f}/{p90:.0f}/{mean:.0f} ms"
         print(f"{name:34} {cut:>9} {waits:>22} {row['long_waits']:>6}")
     material = describe(items, observations)
+    material_held_out = describe(items, held_out)
     print(
         f"\nfused weights (tuning half, mean wait <= {args.budget_ms:.0f} ms): {weights}\n"
         "words judge per check: "
         f"p50 {np.percentile(checks, 50):.0f} ms, p90 {np.percentile(checks, 90):.0f} ms\n"
-        f"material: {material}"
+        f"material: {material}\nheld-out material: {material_held_out}"
     )
     if args.json:
         result = {
@@ -329,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             "rows": rows,
             "weights": asdict(weights),
             "material": material,
+            "material_held_out": material_held_out,
             "words_check_ms": {
                 "p50": float(np.percentile(checks, 50)),
                 "p90": float(np.percentile(checks, 90)),

@@ -278,6 +278,7 @@ class CascadeAgent:
 
     async def _on_audio(self, out: FrontEndOutput) -> None:
         self.evaluator.audio.add(out.start_sample, out.audio)
+        self.evaluator.audio.speech(out.events)
         engine = self.engine
         over_bot = engine.state in (TurnState.BOT, TurnState.OVERLAP, TurnState.HELD)
         frame = Frame(

@@ -129,7 +129,7 @@ class TurnEvaluator:
         if before is None or before.start != ticket.start or before.end >= ticket.end:
             before = None
         stt_from = ticket.start if before is None else before.end
-        new_audio = audio[stt_from - ticket.start :]
+        new_audio = self.audio.for_words(stt_from, ticket.end)
         task = spawn(self.evaluate(ticket, audio, new_audio, before), "end-of-turn")
         self._running = _Running(ticket, task, time.perf_counter(), stt_from)
 
@@ -194,7 +194,9 @@ class TurnEvaluator:
     async def evaluate_now(self, ticket: Evaluate) -> Evaluation | BackendError:
         """Evaluate `ticket` on the whole utterance, here and now."""
         audio = self.audio.slice(ticket.start, ticket.end)
-        return await self.evaluate(ticket, audio, audio, None)
+        return await self.evaluate(
+            ticket, audio, self.audio.for_words(ticket.start, ticket.end), None
+        )
 
     async def evaluate(
         self,
@@ -203,9 +205,10 @@ class TurnEvaluator:
         new_audio: np.ndarray,
         before: _Transcribed | None,
     ) -> Evaluation | BackendError:
-        """Whisper on what `before` has not transcribed, then the words judge, with Smart
-        Turn on the utterance beside Whisper when its score counts (see `voice`), or
-        after the words judge when that has no score.
+        """Whisper on what `before` has not transcribed (`new_audio`, its long pauses
+        shortened), then the words judge, with Smart Turn on the utterance (`audio`, as
+        it was said) beside Whisper when its score counts (see `voice`), or after the
+        words judge when that has no score.
 
         Smart Turn is left out when it would not count because on a small CPU it runs
         beside Whisper, on the same cores, while the caller waits for the answer.

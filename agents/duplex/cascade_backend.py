@@ -305,10 +305,12 @@ class CascadeDuplexBackend:
             samples = end - max(self._position + index * window, 0)
             # The bot's audio plays while this unit was captured.
             self._playing_samples = max(0, self._playing_samples - samples)
+            events = _events(self._activity.update(prob, end))
+            self._evaluator.audio.speech(events)
             frame = Frame(
                 end=end,
                 samples=samples,
-                events=_events(self._activity.update(prob, end)),
+                events=events,
                 level_db=0.0,  # the gateway's gate has judged loudness already
                 bot_audible=self._playing_samples > 0,
             )

@@ -31,6 +31,7 @@ from agents.cascade.stt import Transcript
 from agents.conversation import Conversation, Speaker, Turn
 from agents.errors import LanguageModelError, SpeechToTextError
 from agents.playback import PHONE_RATE, Playback
+from agents.turns.audio import LONG_PAUSE_KEPT_MS
 from app.metrics import Metrics
 from media.frontend import FrontEndOutput
 from media.resample import resample
@@ -491,6 +492,26 @@ async def test_a_short_pause_mid_sentence_keeps_one_turn() -> None:
         await session.bot_said(REPLY_TEXT)
         assert session.caller_turns() == ["I'd like to book a table."]
         assert len(heard) == 2
+
+
+async def test_whisper_hears_a_long_pause_inside_the_turn_cut_short() -> None:
+    # Greedy Whisper stops at a long pause inside its window: the words after it must
+    # not be lost to it. The evidence (speech_ms) and Smart Turn still get the turn whole.
+    heard: list[np.ndarray] = []
+    stt = hearing("I'd like", "I'd like to book a table.", heard=heard)
+    async with call(stt=stt, eot=end_of_turn(0.9)) as session:
+        await session.talk(600)
+        await session.pause(900)
+        await session.talk(600)
+        await session.pause(STATEMENT_PAUSE_MS)
+        await session.bot_said(REPLY_TEXT)
+        assert session.caller_turns() == ["I'd like to book a table."]
+        whole = heard[1]
+        kept = LONG_PAUSE_KEPT_MS * RATE // 1000
+        # Each sample holds its frame's position: the pause lost its middle, nothing else.
+        jumps = np.diff(whole)[np.diff(whole) > FRAME]
+        removed = 900 * RATE // 1000 - kept
+        assert len(jumps) == 1 and removed <= jumps[0] <= removed + FRAME
 
 
 async def test_a_long_turn_is_transcribed_in_pieces_at_its_pauses() -> None:
