@@ -25,7 +25,7 @@ import numpy as np
 
 from agents.cascade.stt import SpeechToText, Transcript, assess
 from agents.cascade.words_judge import WordsJudge
-from agents.errors import BackendError
+from agents.errors import BackendError, SpeechToTextError
 from agents.turns.audio import CallerAudio
 from agents.turns.engine import Evaluate, Evaluation, Hearing
 
@@ -218,14 +218,15 @@ class TurnEvaluator:
         probability: float | None = None
         try:
             if self.voice:
-                eot = self._run("end_of_turn", self.end_of_turn.predict, audio)
-                probability, transcript = await asyncio.gather(eot, stt)
+                probability, transcript = await asyncio.gather(self._smart_turn(audio), stt)
             else:
                 transcript = await stt
         except BackendError as exc:
             return exc
-        except Exception as exc:  # the end-of-turn model: onnxruntime errors
-            return _eot_error(exc)
+        except Exception as exc:  # not Whisper's own error: still this turn's, not the call's
+            error = SpeechToTextError(f"transcription failed: {exc}")
+            error.__cause__ = exc
+            return error
         text, hearing = transcript.text.strip(), heard_as(transcript, ticket.speech_ms)
         if before is not None:
             # The turn was heard already; what came after its pause adds words, or not.
@@ -243,11 +244,9 @@ class TurnEvaluator:
             # No words score (no words heard, or the judge failed): the voice is what is
             # left to go on.
             try:
-                probability = await self._run("end_of_turn", self.end_of_turn.predict, audio)
+                probability = await self._smart_turn(audio)
             except BackendError as exc:
                 return exc
-            except Exception as exc:
-                return _eot_error(exc)
         return Evaluation(
             end=ticket.end,
             probability=None if probability is None else float(probability),
@@ -259,14 +258,19 @@ class TurnEvaluator:
             words=words,
         )
 
+    async def _smart_turn(self, audio: np.ndarray) -> float:
+        """The end-of-turn model's score; its failures (onnxruntime's own errors) raised
+        as a BackendError of the end-of-turn stage."""
+        try:
+            return await self._run("end_of_turn", self.end_of_turn.predict, audio)
+        except BackendError:
+            raise
+        except Exception as exc:
+            error = BackendError(f"end-of-turn model failed: {exc}")
+            error.stage = "end_of_turn"
+            raise error from exc
+
 
 def heard_as(transcript: Transcript, speech_ms: int) -> Hearing:
     """The transcript's evidence, as the engine reads it."""
     return Hearing(assess(transcript, speech_ms=speech_ms).value)
-
-
-def _eot_error(exc: Exception) -> BackendError:
-    error = BackendError(f"end-of-turn model failed: {exc}")
-    error.stage = "end_of_turn"
-    error.__cause__ = exc
-    return error

@@ -16,6 +16,7 @@ import pytest
 from agents.cascade.stt import Transcript
 from agents.cascade.turn_evaluator import TurnEvaluator
 from agents.cascade.words_judge import judged_words, turn_prompt
+from agents.errors import BackendError
 from agents.turns.config import FusedWeights, TurnTaking
 from agents.turns.judge import FusedJudge, Said, TextRulesJudge, TurnSoFar, judge_for
 from agents.turns.protocol import Evaluate, Evaluation, Hearing
@@ -240,6 +241,32 @@ async def test_smart_turn_always_runs_without_a_words_judge() -> None:
     result = await evaluator.evaluate_now(Evaluate(0, 16000, speech_ms=900))
     assert isinstance(result, Evaluation) and result.probability == 0.4
     assert smart_turn.runs == 1
+
+
+class _Broken:
+    """A model whose runtime fails, as onnxruntime and CTranslate2 raise: plain errors."""
+
+    def predict(self, audio_16k: np.ndarray) -> float:
+        raise RuntimeError("onnxruntime: bad input")
+
+    def transcribe(self, audio_16k: np.ndarray, context: str = "") -> Transcript:
+        raise ValueError("decoder state lost")
+
+
+@pytest.mark.parametrize("voice", [True, False])
+async def test_a_failing_smart_turn_fails_the_evaluation_as_its_stage(voice: bool) -> None:
+    # (without its weight, it runs only when the words judge has no score: no words here)
+    evaluator = _evaluator("" if not voice else "I need a taxi.", _Words(0.7), voice=voice)
+    evaluator.end_of_turn = _Broken()
+    result = await evaluator.evaluate_now(Evaluate(0, 16000, speech_ms=900))
+    assert isinstance(result, BackendError) and result.stage == "end_of_turn"
+
+
+async def test_a_transcription_that_fails_any_way_fails_the_evaluation_not_the_call() -> None:
+    evaluator = _evaluator("I need a taxi.", _Words(0.7))
+    evaluator.stt = _Broken()
+    result = await evaluator.evaluate_now(Evaluate(0, 16000, speech_ms=900))
+    assert isinstance(result, BackendError) and result.stage == "stt"
 
 
 def test_the_fitted_weights_say_whether_smart_turn_counts() -> None:
