@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ops.caller_script import RATE, CallerScript, samples_to_ms
+from ops.caller_script import RATE, UTTERANCE_GAP_MS, VOICED_DBFS, CallerScript, samples_to_ms
 
 __all__ = ["CallReport", "TurnResult", "print_report", "turn_results"]
 
@@ -36,6 +36,12 @@ class TurnResult:
     # False: left unsaid, the reply it was meant to go over having ended (its span is
     # empty, at the moment it was dropped).
     said: bool = True
+
+
+# A bot heard this far under its own median level is lowered, not speaking to the caller:
+# a voice's syllables stay within a few dB of their median (quieter consonants and word
+# ends are joined over, as BotEar joins across short silences).
+LOWERED_DB = 10.0
 
 
 @dataclass
@@ -83,6 +89,33 @@ class CallReport:
         spans: list[tuple[float, float]] = []
         for start, end in self.bot_utterances:
             if spans and start - spans[-1][1] < joined_within_ms:
+                spans[-1] = (spans[-1][0], end)
+            else:
+                spans.append((start, end))
+        return spans
+
+    def bot_full_level_spans(self, below_db: float = LOWERED_DB) -> list[tuple[float, float]]:
+        """Bot utterances at the bot's own level: its heard 20 ms frames less than
+        `below_db` under their median level, joined as BotEar joins them.
+
+        A bot lowered under a caller's words (HOLD_DUCK_DB) is still in `bot_utterances`,
+        which count any audible frame; here it is a gap.
+        """
+        frame = RATE // 50
+        usable = self.bot_audio[: self.bot_audio.size // frame * frame].astype(np.float64)
+        if not usable.size:
+            return []
+        rms = np.sqrt(np.mean(usable.reshape(-1, frame) ** 2, axis=1))
+        level = 20 * np.log10(np.maximum(rms, 1e-9) / 32768.0)
+        voiced = level >= VOICED_DBFS
+        if not voiced.any():
+            return []
+        full = voiced & (level >= float(np.median(level[voiced])) - below_db)
+        frame_ms = 1000 * frame / RATE
+        spans: list[tuple[float, float]] = []
+        for index in np.flatnonzero(full):
+            start, end = index * frame_ms, (index + 1) * frame_ms
+            if spans and start - spans[-1][1] < UTTERANCE_GAP_MS:
                 spans[-1] = (spans[-1][0], end)
             else:
                 spans.append((start, end))

@@ -117,6 +117,11 @@ def table_rows(tally: Tally, *, clean: bool, concurrent: int) -> list[Row]:
             None,
         ),
         _row(
+            "reply under full level at a backchannel (informative)",
+            _spread(tally.backchannel_lowered_ms),
+            None,
+        ),
+        _row(
             "bot audio after an interruption, p50",
             _fmt_ms(_p(tails, 50), len(tails)) + _not_judged(tally.interruptions, len(tails)),
             _p(tails, 50),
@@ -129,6 +134,11 @@ def table_rows(tally: Tally, *, clean: bool, concurrent: int) -> list[Row]:
             _p(tails, 90),
             "<= 400 ms",
             lambda v: v <= 400,
+        ),
+        _row(
+            "of it at full level, p50 / p90 (informative)",
+            _spread(tally.tails_full_ms),
+            None,
         ),
         _row(
             "dead air over 2 s",
@@ -174,6 +184,12 @@ def table_rows(tally: Tally, *, clean: bool, concurrent: int) -> list[Row]:
         ),
     ]
     return rows
+
+
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"p50 {_p(values, 50):.0f} ms, p90 {_p(values, 90):.0f} ms (n={len(values)})"
 
 
 def _not_judged(spoken: int, judged: int) -> str:

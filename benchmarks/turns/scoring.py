@@ -48,7 +48,9 @@ class TurnScore:
     judged: bool | None = None  # backchannels, interruptions: spoken over bot audio
     false_stop: bool | None = None
     backchannel_pause_ms: float | None = None
+    backchannel_lowered_ms: float | None = None  # not at full level (silent or lowered)
     tail_ms: float | None = None
+    tail_full_ms: float | None = None  # of it, at the bot's full level
 
 
 @dataclass
@@ -68,8 +70,10 @@ class Tally:
     backchannels_judged: int = 0
     false_stops: int = 0
     backchannel_pauses_ms: list[float] = field(default_factory=list)
+    backchannel_lowered_ms: list[float] = field(default_factory=list)
     interruptions: int = 0
     tails_ms: list[float] = field(default_factory=list)
+    tails_full_ms: list[float] = field(default_factory=list)
     dead_air_turns: int = 0
     dead_air_in_replies: int = 0
     underruns: int = 0
@@ -106,6 +110,7 @@ def _count_unsaid(tally: Tally, fact: TurnFacts, *, owed: bool = True) -> None:
 def score_call(facts: Sequence[TurnFacts], report: CallReport) -> tuple[Tally, list[TurnScore]]:
     """Judge one call against its script, from what the caller heard (see module doc)."""
     utterances = list(report.bot_utterances)
+    full = report.bot_full_level_spans()
     onsets = [start for start, _ in utterances]
     said = report.turns
     tally = Tally(
@@ -149,12 +154,17 @@ def score_call(facts: Sequence[TurnFacts], report: CallReport) -> tuple[Tally, l
             tally.readings_whole += score.heard_whole
         if fact.kind is Kind.BACKCHANNEL:
             _judge_backchannel(score, tally, utterances, report.clears)
+            if score.false_stop is False:
+                _judge_lowered(score, tally, full)
         if fact.kind is Kind.INTERRUPTION:
             reply = _in_progress(utterances, start)
             score.judged = reply is not None
             if reply is not None:
                 score.tail_ms = reply[1] - start
                 tally.tails_ms.append(score.tail_ms)
+                loud = _in_progress(full, start)
+                score.tail_full_ms = 0.0 if loud is None else min(loud[1], reply[1]) - start
+                tally.tails_full_ms.append(score.tail_full_ms)
         scores.append(score)
     tally.dead_air_in_replies = len(_silences_in_replies(utterances, facts, said))
     return tally, scores
@@ -207,6 +217,17 @@ def _judge_backchannel(
             score.backchannel_pause_ms = after - reply[1]
         if score.backchannel_pause_ms is not None:
             tally.backchannel_pauses_ms.append(score.backchannel_pause_ms)
+
+
+def _judge_lowered(score: TurnScore, tally: Tally, full: Sequence[Span]) -> None:
+    """The longest hole in the reply at full level around a backchannel it went on
+    after: the bot silent, or lowered (a caller hears a lowered bot's words, and loses
+    none of them)."""
+    assert score.start_ms is not None and score.end_ms is not None
+    lo, hi = score.start_ms, score.end_ms + BACKCHANNEL_WINDOW_MS
+    holes = [b[0] - a[1] for a, b in pairwise(full) if a[1] < hi and b[0] > lo]
+    score.backchannel_lowered_ms = max(holes, default=0.0)
+    tally.backchannel_lowered_ms.append(score.backchannel_lowered_ms)
 
 
 def _silences_in_replies(

@@ -244,6 +244,67 @@ def test_an_interruption_over_silence_is_not_judged() -> None:
     assert score.judged is False and score.tail_ms is None and tally.tails_ms == []
 
 
+# --- a bot lowered under the caller (HOLD_DUCK_DB) ----------------------------------------
+
+
+def _bot_audio(*segments: tuple[float, float | None]) -> np.ndarray:
+    """Bot audio at the ear: (ms, dBFS) segments of a 300 Hz tone, None for silence."""
+    parts = []
+    for ms, dbfs in segments:
+        t = np.arange(int(ms * 8)) / 8000
+        amplitude = 0.0 if dbfs is None else 32768 * 10 ** (dbfs / 20) * np.sqrt(2)
+        parts.append(amplitude * np.sin(2 * np.pi * 300 * t))
+    return np.concatenate(parts).astype(np.int16)
+
+
+def _lowered_report(turns: Sequence[Span], *segments: tuple[float, float | None]) -> CallReport:
+    report = _report(turns, [])
+    report.bot_audio = _bot_audio(*segments)
+    full_level = report.bot_full_level_spans(below_db=100.0)  # every audible frame
+    report.bot_utterances = full_level
+    return report
+
+
+def test_the_bot_at_full_level_leaves_out_where_it_was_lowered_and_where_it_was_silent() -> None:
+    report = CallReport(call_sid="CA", stream_sid="MZ", twiml="")
+    report.bot_audio = _bot_audio((1000, -20), (600, -40), (1000, -20), (500, None), (400, -22))
+    assert report.bot_full_level_spans() == [(0, 1000), (1600, 2600), (3100, 3500)]
+    assert report.bot_full_level_spans(below_db=30) == [(0, 2600), (3100, 3500)]
+
+
+def test_a_reply_lowered_under_a_backchannel_has_no_pause_and_is_lowered_that_long() -> None:
+    # Full level to 4600, lowered to 5400 (under "mhm" at 4500-5000), then full again.
+    report = _lowered_report(
+        [(0, 1000), (4500, 5000)], (1600, None), (3000, -20), (800, -40), (3000, -20)
+    )
+
+    tally, [_, score] = score_call([Q, BC], report)
+
+    assert score.false_stop is False and score.backchannel_pause_ms == 0
+    assert score.backchannel_lowered_ms == 800
+    assert tally.backchannel_lowered_ms == [800]
+
+
+def test_a_reply_that_stops_for_a_backchannel_is_under_full_level_for_its_pause() -> None:
+    report = _lowered_report(
+        [(0, 1000), (4500, 5000)], (1600, None), (3000, -20), (600, None), (3000, -20)
+    )
+
+    _, [_, score] = score_call([Q, BC], report)
+
+    assert score.backchannel_pause_ms == 600 and score.backchannel_lowered_ms == 600
+
+
+def test_bot_audio_after_an_interruption_at_full_level_ends_where_it_was_lowered() -> None:
+    # Full level to 3700, lowered to 4500, then cleared; the caller came in at 3500.
+    report = _lowered_report([(0, 1000), (3500, 6500)], (1600, None), (2100, -20), (800, -40))
+
+    tally, [_, score] = score_call([Q, INTERRUPT], report)
+
+    assert score.tail_ms == 1000 and score.tail_full_ms == 200
+    assert tally.tails_full_ms == [200]
+
+
 # --- targets --------------------------------------------------------------------------------
 
 
