@@ -4,11 +4,13 @@
 at any moment the agent knows whether the caller can hear the bot and, after a barge-in,
 exactly which words were heard.
 
-A caller who starts talking over the bot is answered by `hold()`: Twilio is told to
-`clear` at once, so the bot stops at the caller's ear within a network hop, and what the
-caller had not heard yet is kept. `resume()` sends it again (from a moment before the
-cut, so the caller hears the interrupted word whole) when it was only a "mhm"; `clear()`
-drops it for a real interruption. Audio the reply makes meanwhile waits with the rest.
+A caller who starts talking over the bot is answered by `hold()` while their words are
+judged. Twilio is told to `clear` at once, and what the caller had not heard yet is sent
+again lowered by `hold_duck_db` (the bot goes on under them, quietly), or, with no duck,
+kept back (the bot stops at the caller's ear within a network hop). `resume()` brings
+it back to full level when it was only a "mhm" (a stopped bot from a moment before the
+cut, so the caller hears the interrupted word whole); `clear()` drops the rest for a real
+interruption. A stopped bot's new clauses wait with the rest; a lowered one's play lowered.
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ import numpy as np
 
 from callevents import Clear, EventSink, MarkEchoed, MarkSent
 from media.codec import mulaw_encode
-from media.playout import Heard, PlayoutClock
+from media.playout import Heard, PlayoutClock, Unplayed
 from media.resample import resample
 
 PHONE_RATE = 8000
 # Resumed audio starts this far before where the caller stopped hearing it: the cut
 # word is heard whole, not from its middle.
 RESUME_BACKUP_MS = 250
-_FADE = PHONE_RATE // 200  # 5 ms fade-in on resumed audio: no click at the splice
+_FADE = PHONE_RATE // 200  # 5 ms fade on resumed or re-levelled audio: no click at the splice
 
 
 class AudioSink(Protocol):
@@ -60,7 +62,11 @@ class Playback:
         min_latency_ms: int = 0,
         on_played: Callable[[int, np.ndarray], None] | None = None,
         on_event: EventSink | None = None,
+        hold_duck_db: float = 0.0,
     ) -> None:
+        """`hold_duck_db`: how far a hold lowers the bot; 0 stops it."""
+        if hold_duck_db < 0:
+            raise ValueError(f"hold_duck_db is an attenuation (>= 0 dB), got {hold_duck_db}")
         self._sink = sink
         self.now = now  # call clock, in 8 kHz samples of caller audio received
         # ...and where the caller's line is on it, which our reading of the stream may
@@ -81,13 +87,17 @@ class Playback:
         self._held: list[_Piece] | None = None  # None: not holding
         self._held_heard: list[Heard] = []
         self._held_at = 0
+        # While held with a duck: the gain the bot plays at (None: not lowered).
+        self._duck = 10.0 ** (-hold_duck_db / 20.0) if hold_duck_db > 0 else None
+        self._lowered: float | None = None
         self._echo = asyncio.Event()  # set at each echo or clear: `played_out` rechecks
         self._unheld = asyncio.Event()  # set while not holding
         self._unheld.set()
 
     @property
     def holding(self) -> bool:
-        return self._held is not None
+        """The caller holds the bot: it is stopped, or lowered, while their words are judged."""
+        return self._held is not None or self._lowered is not None
 
     async def until_unheld(self) -> None:
         """Return once the bot is not held (at once if it is not)."""
@@ -95,7 +105,7 @@ class Playback:
 
     def stopped_at(self) -> int:
         """Where on the call clock the caller stopped hearing the bot, were it cleared now:
-        at the hold if it is held, else now."""
+        at the hold if it is stopped, else now (a lowered bot is still heard)."""
         return self._held_at if self._held is not None else self.now()
 
     async def play(self, pcm: np.ndarray, rate: int, text: str, turn_id: int) -> int:
@@ -115,6 +125,8 @@ class Playback:
             self._held.append(_Piece(pcm16, text, turn_id))
             return now + self.clock.min_latency + sum(len(p.pcm16) for p in self._held[:-1])
         starts_at = now + self.clock.pending_samples(now)
+        if self._lowered is not None:
+            pcm16 = _scaled(pcm16, self._lowered)
         await self._send(pcm16, text, turn_id)
         return starts_at
 
@@ -151,10 +163,13 @@ class Playback:
         return True
 
     async def hold(self) -> list[Heard]:
-        """Stop the bot at the caller's ear now, keeping what they have not heard."""
-        if self._held is not None:
+        """Stop, or lower, the bot at the caller's ear now, keeping what they have not
+        heard; returns what they have heard at full level."""
+        if self.holding:
             return []
         now = self.now()
+        if self._duck is not None:
+            return await self._lower(now, self._duck)
         rest = self.clock.unplayed(now)
         # The moment before the cut, which the caller did hear: resumed audio starts
         # with it (the clock keeps ~1 s of played audio).
@@ -174,8 +189,43 @@ class Playback:
         self._echo.set()
         return self._held_heard
 
+    async def _lower(self, now: int, gain: float) -> list[Heard]:
+        """Send what is left again at `gain`: the caller goes on hearing the bot's words,
+        under their own, and none is lost whichever way their words are judged."""
+        rest = self.clock.unplayed(now)
+        await self._sink.send_clear()
+        self._emit(Clear(reason="hold"))
+        self._held_heard = self.clock.cleared(now)
+        self._held_at = now
+        self._lowered = gain
+        self._unheld.clear()
+        self._echo.set()
+        await self._send_again(rest, gain)
+        return self._held_heard
+
+    async def _send_again(self, rest: list[Unplayed], gain: float) -> None:
+        """Send unplayed audio again scaled by `gain`, faded in from the level it had."""
+        for index, piece in enumerate(rest):
+            pcm16 = _pcm16(piece.pcm * np.float32(gain))
+            if index == 0:
+                _ramp(pcm16, 1.0 / gain)
+            await self._send(pcm16, piece.text, piece.turn_id)
+
     async def resume(self) -> int:
-        """Send the held audio; returns how long it was held, in 8 kHz samples."""
+        """Send the held audio, or bring a lowered bot back to full level; returns how
+        long it was held, in 8 kHz samples."""
+        if (gain := self._lowered) is not None:
+            self._lowered = None
+            self._unheld.set()
+            now = self.now()
+            rest = self.clock.unplayed(now)
+            if rest:  # (played out while lowered: nothing to bring back)
+                await self._sink.send_clear()
+                self._emit(Clear(reason="resume"))
+                self.clock.cleared(now)
+                self._echo.set()
+                await self._send_again(rest, 1.0 / gain)
+            return now - self._held_at
         pieces, self._held = self._held, None
         self._unheld.set()
         self._echo.set()
@@ -187,6 +237,9 @@ class Playback:
 
     async def clear(self, reason: str = "barge_in") -> list[Heard]:
         """Drop everything not yet heard: what the caller heard of each turn."""
+        if self._lowered is not None:
+            self._lowered = None  # what a lowered bot played was heard, if quietly
+            self._unheld.set()
         if self._held is not None:
             # Twilio was cleared at the hold; what was heard was decided then.
             self._held = None
@@ -208,6 +261,18 @@ class Playback:
 
 def _pcm16(audio: np.ndarray) -> np.ndarray:
     return np.clip(audio * 32768.0, -32768, 32767).astype(np.int16)
+
+
+def _scaled(pcm16: np.ndarray, gain: float) -> np.ndarray:
+    return np.clip(pcm16.astype(np.float32) * np.float32(gain), -32768, 32767).astype(np.int16)
+
+
+def _ramp(pcm16: np.ndarray, start_gain: float) -> None:
+    """Start `pcm16` at `start_gain` of its level and reach its own level in 5 ms."""
+    n = min(_FADE, len(pcm16))
+    if n:
+        ramp = np.linspace(start_gain, 1.0, n, endpoint=False, dtype=np.float32)
+        pcm16[:n] = np.clip(pcm16[:n].astype(np.float32) * ramp, -32768, 32767).astype(np.int16)
 
 
 def _fade_in(pcm16: np.ndarray) -> None:

@@ -115,6 +115,7 @@ class CallSession:
             min_latency_ms=REFERENCE_LEAD_MS,
             on_played=self._record_bot_audio if recorder else None,
             on_event=self._record if recorder else None,
+            hold_duck_db=settings.hold_duck_db,
         )
         self.conversation = Conversation(persona, max_turns=settings.history_turns)
         # Placed by us (offhook call, POST /calls): its greeting and AMD come with it.

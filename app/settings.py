@@ -245,6 +245,13 @@ class Settings:
         "onset). The bot's audio stops at the caller's first loud words anyway (a hold); "
         "shorter speech whose words are a backchannel ('mhm', 'okay') lets it go on.",
     )
+    hold_duck_db: float = _env_field(
+        "HOLD_DUCK_DB",
+        0.0,
+        "While the caller's short words over the bot are judged (a 'mhm', or the start of "
+        "an interruption), the bot goes on this many dB quieter instead of stopping; 0 "
+        "stops it until the words are judged.",
+    )
     echo_margin_db: float = _env_field(
         "ECHO_MARGIN_DB",
         12.0,

@@ -7,14 +7,18 @@ for again, and a goodbye gets a goodbye. Times are the simulator's, at the calle
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
-from agents.cascade.agent import DEFAULT_FAREWELL, DEFAULT_REPROMPT
+from agents.cascade.agent import DEFAULT_FAREWELL, DEFAULT_REPROMPT, CascadeModels
 from agents.conversation import Speaker
 from ops.caller_voice import CallerVoice, speak
+from ops.local_server import ServerThread
 from ops.simulate import CallerTurn, CallReport
 from tests.conftest import (
+    AUTH_TOKEN,
     GREETING,
     INTERRUPTION,
     ONE_REPLY_GAP_MS,
@@ -22,6 +26,7 @@ from tests.conftest import (
     greeting_ms,
     place_call,
     recorded_turns,
+    start_bot,
 )
 
 pytestmark = pytest.mark.timeout(240)
@@ -98,3 +103,48 @@ async def test_a_goodbye_is_heard_and_answered_with_a_goodbye(bot: Bot) -> None:
     callers = [t.text for t in turns if t.speaker is Speaker.CALLER]
     assert callers and "bye" in callers[0].lower()
     assert (await bot_lines(bot, report))[-1] == DEFAULT_FAREWELL
+
+
+# --- a bot lowered under the caller's words (HOLD_DUCK_DB) -------------------------------
+
+
+@pytest.fixture(scope="module")
+def ducking_bot(servers: ServerThread, models: CascadeModels) -> Bot:
+    return start_bot(servers, models, twilio_auth_token=AUTH_TOKEN, hold_duck_db=20.0)
+
+
+async def test_a_ducking_bot_goes_on_quietly_under_a_backchannel(ducking_bot: Bot) -> None:
+    report = await place_call(
+        ducking_bot,
+        CallerTurn(text="Okay.", after="bot_speaking", delay_ms=1500),
+        hangup_after_ms=3000,
+    )
+
+    greeting = (await recorded_turns(ducking_bot, report.call_sid))[0]
+    assert greeting.text == GREETING and not greeting.truncated
+    assert len(await bot_lines(ducking_bot, report)) == 1, "a backchannel is not a turn"
+    onset = report.turns[0].speech_start_ms
+    # The caller never hears the bot stop: one utterance from before the "okay" to
+    # well after it...
+    [through] = [(s, e) for s, e in report.bot_utterances if s < onset < e]
+    assert through[1] > report.turns[0].speech_end_ms + 500
+    # ...but lowered while it was judged: a hole at full level, beginning at the "okay".
+    full = report.bot_full_level_spans()
+    holes = [(a[1], b[0]) for a, b in pairwise(full) if a[1] < through[1] and b[0] > onset]
+    assert any(onset <= start < onset + 600 for start, _ in holes), (onset, full)
+
+
+async def test_a_ducking_bot_is_silenced_by_a_real_interruption(ducking_bot: Bot) -> None:
+    report = await place_call(ducking_bot, INTERRUPTION, hangup_after_ms=3000)
+
+    onset = report.turns[0].speech_start_ms
+    # At full level no longer than a stopping bot plays (its hold comes at 600 ms of
+    # speech while the echo canceller is still learning the line, as here at times).
+    full = report.bot_full_level_spans()
+    heard_until = max(end for start, end in full if start < onset)
+    assert heard_until - onset < 750, f"full level for {heard_until - onset:.0f} ms"
+    # Lowered until the interruption was judged (by its length), then silent.
+    quiet_until = max(end for start, end in report.bot_utterances if start < onset)
+    assert heard_until < quiet_until < report.turns[0].speech_end_ms
+    greeting = (await recorded_turns(ducking_bot, report.call_sid))[0]
+    assert greeting.truncated

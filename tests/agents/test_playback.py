@@ -5,8 +5,10 @@ import math
 from collections.abc import Awaitable
 
 import numpy as np
+import pytest
 
 from agents.playback import PHONE_RATE, Playback
+from media.codec import mulaw_decode
 from media.resample import resample
 from tests.agents.fakes import Clear, Clock, Mark, Media, RecordingSink, tone
 
@@ -216,3 +218,93 @@ async def test_waiting_for_the_bot_to_be_unheld_ends_when_the_held_bot_is_cleare
     await playback.hold()
     await playback.clear()
     assert await _returns_within(playback.until_unheld(), 0.1)
+
+
+# --- a hold that lowers the bot (HOLD_DUCK_DB) -----------------------------------------
+
+
+def _ducking(db: float = 20.0) -> tuple[Playback, RecordingSink, Clock]:
+    sink, clock = RecordingSink(), Clock()
+    return Playback(sink, clock, hold_duck_db=db), sink, clock
+
+
+def _level_db(payloads: list[bytes], *, after_ms: int = 0) -> float:
+    """The level of mu-law audio, from `after_ms` in (past a change of level's ramp)."""
+    pcm = mulaw_decode(b"".join(payloads)).astype(np.float64)[PHONE_RATE * after_ms // 1000 :]
+    return 20 * math.log10(float(np.sqrt(np.mean(pcm**2))) / 32768.0)
+
+
+def _after_last_clear(sink: RecordingSink) -> list[bytes]:
+    last = max(i for i, sent in enumerate(sink.sent) if isinstance(sent, Clear))
+    return [sent.payload for sent in sink.sent[last + 1 :] if isinstance(sent, Media)]
+
+
+async def test_a_hold_with_a_duck_goes_on_with_what_was_left_lowered_by_it() -> None:
+    playback, sink, clock = _ducking(20.0)
+    await playback.play(tone(1.0, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    full = _level_db(sink.media())
+    clock.samples = 3 * CHUNK  # 300 ms heard
+    await playback.hold()
+    lowered = _after_last_clear(sink)
+    assert sum(len(p) for p in lowered) == PHONE_RATE - 3 * CHUNK  # nothing lost
+    assert _level_db(lowered, after_ms=10) == pytest.approx(full - 20.0, abs=1.0)
+    assert playback.holding
+    assert playback.audible()  # the caller still hears it, quietly
+
+
+async def test_a_lowered_bot_comes_back_to_full_level_from_where_it_was() -> None:
+    playback, sink, clock = _ducking(20.0)
+    await playback.play(tone(1.0, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    full = _level_db(sink.media())
+    clock.samples = 3 * CHUNK
+    await playback.hold()
+    clock.samples = 5 * CHUNK  # 200 ms of it heard lowered
+    held = await playback.resume()
+    assert held == 2 * CHUNK
+    back = _after_last_clear(sink)
+    assert sum(len(p) for p in back) == PHONE_RATE - 5 * CHUNK
+    assert _level_db(back, after_ms=10) == pytest.approx(full, abs=1.0)
+    assert not playback.holding
+
+
+async def test_clauses_made_while_the_bot_is_lowered_play_lowered() -> None:
+    playback, sink, clock = _ducking(20.0)
+    await playback.play(tone(0.2, TTS_RATE), TTS_RATE, "hello there", turn_id=1)
+    full = _level_db(sink.media())
+    clock.samples = CHUNK
+    await playback.hold()
+    before = len(sink.media())
+    await playback.play(tone(0.2, TTS_RATE), TTS_RATE, "general kenobi", turn_id=1)
+    assert _level_db(sink.media()[before:]) == pytest.approx(full - 20.0, abs=1.0)
+
+
+async def test_an_interruption_of_a_lowered_bot_counts_its_lowered_words_as_heard() -> None:
+    playback, sink, clock = _ducking(20.0)
+    await playback.play(tone(0.4, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=7)
+    clock.samples = CHUNK + CHUNK // 2  # into "two"
+    await playback.hold()
+    clock.samples = 3 * CHUNK + CHUNK // 2  # into "four", lowered
+    [heard] = await playback.clear()
+    assert sink.sent[-1] == Clear()
+    assert heard.text == "one two three"
+    assert heard.truncated
+    assert not playback.holding
+    assert not playback.audible()
+    assert await _returns_within(playback.until_unheld(), 0.1)
+
+
+async def test_a_lowered_bot_that_played_out_comes_back_without_a_clear() -> None:
+    playback, sink, clock = _ducking(20.0)
+    await playback.play(tone(0.2, TTS_RATE), TTS_RATE, "hello there", turn_id=1)
+    clock.samples = CHUNK
+    await playback.hold()
+    clears = sink.clears()
+    clock.samples = 10 * CHUNK
+    await playback.resume()
+    assert sink.clears() == clears
+    assert not playback.holding
+
+
+def test_a_duck_is_an_attenuation() -> None:
+    with pytest.raises(ValueError, match="attenuation"):
+        Playback(RecordingSink(), Clock(), hold_duck_db=-6.0)
