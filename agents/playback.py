@@ -31,6 +31,9 @@ PHONE_RATE = 8000
 # Resumed audio starts this far before where the caller stopped hearing it: the cut
 # word is heard whole, not from its middle.
 RESUME_BACKUP_MS = 250
+# A lowered bot is brought back to full level from what was sent lowered: past this,
+# the int16 rounding of the lowered copy, raised again, is heard over mu-law's own noise.
+MAX_DUCK_DB = 30.0
 _FADE = PHONE_RATE // 200  # 5 ms fade on resumed or re-levelled audio: no click at the splice
 
 
@@ -65,8 +68,8 @@ class Playback:
         hold_duck_db: float = 0.0,
     ) -> None:
         """`hold_duck_db`: how far a hold lowers the bot; 0 stops it."""
-        if hold_duck_db < 0:
-            raise ValueError(f"hold_duck_db is an attenuation (>= 0 dB), got {hold_duck_db}")
+        if not 0 <= hold_duck_db <= MAX_DUCK_DB:
+            raise ValueError(f"hold_duck_db is an attenuation of 0..{MAX_DUCK_DB:g} dB")
         self._sink = sink
         self.now = now  # call clock, in 8 kHz samples of caller audio received
         # ...and where the caller's line is on it, which our reading of the stream may
@@ -93,6 +96,9 @@ class Playback:
         self._echo = asyncio.Event()  # set at each echo or clear: `played_out` rechecks
         self._unheld = asyncio.Event()  # set while not holding
         self._unheld.set()
+        # One change to what Twilio plays at a time: a clause sent while a hold re-sends
+        # the rest (or a mark echo then) would be scheduled, or counted, out of order.
+        self._sending = asyncio.Lock()
 
     @property
     def holding(self) -> bool:
@@ -116,6 +122,10 @@ class Playback:
         """
         audio = resample(pcm.astype(np.float32, copy=False), rate, PHONE_RATE)
         pcm16 = np.clip(audio * 32767.0, -32768, 32767).astype(np.int16)
+        async with self._sending:
+            return await self._play(pcm16, text, turn_id)
+
+    async def _play(self, pcm16: np.ndarray, text: str, turn_id: int) -> int:
         now = self.now()
         if not pcm16.size:
             # No sound, no message: a media message with an empty payload is a protocol
@@ -165,6 +175,10 @@ class Playback:
     async def hold(self) -> list[Heard]:
         """Stop, or lower, the bot at the caller's ear now, keeping what they have not
         heard; returns what they have heard at full level."""
+        async with self._sending:
+            return await self._hold()
+
+    async def _hold(self) -> list[Heard]:
         if self.holding:
             return []
         now = self.now()
@@ -174,10 +188,11 @@ class Playback:
         # The moment before the cut, which the caller did hear: resumed audio starts
         # with it (the clock keeps ~1 s of played audio).
         backup = self.clock.render(now - PHONE_RATE * RESUME_BACKUP_MS // 1000, now)
-        await self._sink.send_clear()
-        self._emit(Clear(reason="hold"))
+        # The clock first: a mark echoed while `clear` is on its way is of cleared audio.
         self._held_heard = self.clock.cleared(now)
         self._held_at = now
+        await self._sink.send_clear()
+        self._emit(Clear(reason="hold"))
         pieces = [_Piece(_pcm16(u.pcm), u.text, u.turn_id) for u in rest]
         if pieces and np.any(backup):
             lead = _pcm16(backup[np.argmax(backup != 0) :])
@@ -193,13 +208,13 @@ class Playback:
         """Send what is left again at `gain`: the caller goes on hearing the bot's words,
         under their own, and none is lost whichever way their words are judged."""
         rest = self.clock.unplayed(now)
-        await self._sink.send_clear()
-        self._emit(Clear(reason="hold"))
         self._held_heard = self.clock.cleared(now)
         self._held_at = now
         self._lowered = gain
         self._unheld.clear()
         self._echo.set()
+        await self._sink.send_clear()
+        self._emit(Clear(reason="hold"))
         await self._send_again(rest, gain)
         return self._held_heard
 
@@ -214,16 +229,20 @@ class Playback:
     async def resume(self) -> int:
         """Send the held audio, or bring a lowered bot back to full level; returns how
         long it was held, in 8 kHz samples."""
+        async with self._sending:
+            return await self._resume()
+
+    async def _resume(self) -> int:
         if (gain := self._lowered) is not None:
             self._lowered = None
             self._unheld.set()
             now = self.now()
             rest = self.clock.unplayed(now)
             if rest:  # (played out while lowered: nothing to bring back)
-                await self._sink.send_clear()
-                self._emit(Clear(reason="resume"))
                 self.clock.cleared(now)
                 self._echo.set()
+                await self._sink.send_clear()
+                self._emit(Clear(reason="resume"))
                 await self._send_again(rest, 1.0 / gain)
             return now - self._held_at
         pieces, self._held = self._held, None
@@ -237,6 +256,10 @@ class Playback:
 
     async def clear(self, reason: str = "barge_in") -> list[Heard]:
         """Drop everything not yet heard: what the caller heard of each turn."""
+        async with self._sending:
+            return await self._clear(reason)
+
+    async def _clear(self, reason: str = "barge_in") -> list[Heard]:
         if self._lowered is not None:
             self._lowered = None  # what a lowered bot played was heard, if quietly
             self._unheld.set()
@@ -246,10 +269,10 @@ class Playback:
             self._unheld.set()
             heard, self._held_heard = self._held_heard, []
             return heard
-        await self._sink.send_clear()
-        self._emit(Clear(reason=reason))
         heard = self.clock.cleared(self.now())
         self._echo.set()
+        await self._sink.send_clear()
+        self._emit(Clear(reason=reason))
         return heard
 
     def audible(self) -> bool:

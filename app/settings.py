@@ -249,8 +249,8 @@ class Settings:
         "HOLD_DUCK_DB",
         0.0,
         "While the caller's short words over the bot are judged (a 'mhm', or the start of "
-        "an interruption), the bot goes on this many dB quieter instead of stopping; 0 "
-        "stops it until the words are judged.",
+        "an interruption), the bot goes on this many dB quieter (up to 30) instead of "
+        "stopping; 0 stops it until the words are judged.",
     )
     echo_margin_db: float = _env_field(
         "ECHO_MARGIN_DB",

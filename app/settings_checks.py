@@ -7,6 +7,7 @@ import ipaddress
 import re
 from typing import TYPE_CHECKING
 
+from agents.playback import MAX_DUCK_DB
 from recordings.s3_location import S3Location
 from telephony.twiml import is_transfer_target
 
@@ -74,8 +75,8 @@ def check_values(s: Settings) -> None:
         )
     if s.silence_timeout_s < 0:
         raise SettingsError(f"SILENCE_TIMEOUT_S must be >= 0, got {s.silence_timeout_s}")
-    if not 0 <= s.hold_duck_db <= 60:
-        raise SettingsError(f"HOLD_DUCK_DB must be within 0..60, got {s.hold_duck_db}")
+    if not 0 <= s.hold_duck_db <= MAX_DUCK_DB:
+        raise SettingsError(f"HOLD_DUCK_DB must be within 0..{MAX_DUCK_DB:g}, got {s.hold_duck_db}")
     if s.llm_base_url and not s.llm_model:
         raise SettingsError("LLM_MODEL must name a model when LLM_BASE_URL is set")
     if s.max_call_s <= 0 or s.media_timeout_s <= 0:

@@ -155,7 +155,7 @@ def score_call(facts: Sequence[TurnFacts], report: CallReport) -> tuple[Tally, l
         if fact.kind is Kind.BACKCHANNEL:
             _judge_backchannel(score, tally, utterances, report.clears)
             if score.false_stop is False:
-                _judge_lowered(score, tally, full)
+                _judge_lowered(score, tally, utterances, full)
         if fact.kind is Kind.INTERRUPTION:
             reply = _in_progress(utterances, start)
             score.judged = reply is not None
@@ -219,14 +219,25 @@ def _judge_backchannel(
             tally.backchannel_pauses_ms.append(score.backchannel_pause_ms)
 
 
-def _judge_lowered(score: TurnScore, tally: Tally, full: Sequence[Span]) -> None:
-    """The longest hole in the reply at full level around a backchannel it went on
-    after: the bot silent, or lowered (a caller hears a lowered bot's words, and loses
-    none of them)."""
+def _judge_lowered(
+    score: TurnScore, tally: Tally, utterances: Sequence[Span], full: Sequence[Span]
+) -> None:
+    """The longest stretch of the reply under full level around a backchannel it went
+    on after: the bot silent, or lowered (a caller hears a lowered bot's words, and
+    loses none of them). Only while the reply is heard at some level, or paused for the
+    backchannel: not in the silence after it ends."""
     assert score.start_ms is not None and score.end_ms is not None
     lo, hi = score.start_ms, score.end_ms + BACKCHANNEL_WINDOW_MS
-    holes = [b[0] - a[1] for a, b in pairwise(full) if a[1] < hi and b[0] > lo]
-    score.backchannel_lowered_ms = max(holes, default=0.0)
+    heard = [e for s, e in utterances if s < hi and e > lo]
+    if not heard:
+        return
+    hi = min(hi, max(heard))
+    covered = sorted((max(s, lo), min(e, hi)) for s, e in full if s < hi and e > lo)
+    longest, at = 0.0, lo
+    for start, end in covered:
+        longest = max(longest, start - at)
+        at = max(at, end)
+    score.backchannel_lowered_ms = max(longest, hi - at)
     tally.backchannel_lowered_ms.append(score.backchannel_lowered_ms)
 
 

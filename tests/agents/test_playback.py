@@ -306,5 +306,6 @@ async def test_a_lowered_bot_that_played_out_comes_back_without_a_clear() -> Non
 
 
 def test_a_duck_is_an_attenuation() -> None:
-    with pytest.raises(ValueError, match="attenuation"):
-        Playback(RecordingSink(), Clock(), hold_duck_db=-6.0)
+    for db in (-6.0, 31.0):
+        with pytest.raises(ValueError, match="attenuation"):
+            Playback(RecordingSink(), Clock(), hold_duck_db=db)

@@ -114,8 +114,8 @@ def test_check_refuses_no_calls_at_all() -> None:
         Settings.from_env({"MAX_CALLS": "0"})
 
 
-def test_check_refuses_a_hold_duck_that_is_a_boost_or_past_hearing() -> None:
-    for value in ("-6", "61"):
+def test_check_refuses_a_hold_duck_that_is_a_boost_or_too_deep_to_bring_back() -> None:
+    for value in ("-6", "31"):
         with pytest.raises(SettingsError, match="HOLD_DUCK_DB"):
             Settings.from_env({"HOLD_DUCK_DB": value})
     assert Settings.from_env({"HOLD_DUCK_DB": "20"}).hold_duck_db == 20.0

@@ -295,6 +295,27 @@ def test_a_reply_that_stops_for_a_backchannel_is_under_full_level_for_its_pause(
     assert score.backchannel_pause_ms == 600 and score.backchannel_lowered_ms == 600
 
 
+def test_the_silence_after_a_reply_that_ends_is_not_time_under_full_level() -> None:
+    # The reply ends at full level at 5600, after the "mhm" (4500-5000); the next at 9000.
+    report = _lowered_report(
+        [(0, 1000), (4500, 5000)], (1600, None), (4000, -20), (3400, None), (1000, -20)
+    )
+
+    _, [_, score] = score_call([Q, BC], report)
+
+    assert score.backchannel_lowered_ms == 0
+
+
+def test_a_reply_that_ends_lowered_is_under_full_level_to_its_end() -> None:
+    report = _lowered_report(
+        [(0, 1000), (4500, 5000)], (1600, None), (3000, -20), (1000, -40), (3000, None)
+    )
+
+    _, [_, score] = score_call([Q, BC], report)
+
+    assert score.backchannel_lowered_ms == 1000
+
+
 def test_bot_audio_after_an_interruption_at_full_level_ends_where_it_was_lowered() -> None:
     # Full level to 3700, lowered to 4500, then cleared; the caller came in at 3500.
     report = _lowered_report([(0, 1000), (3500, 6500)], (1600, None), (2100, -20), (800, -40))
