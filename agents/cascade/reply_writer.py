@@ -163,9 +163,10 @@ class ReplyWriter:
         async def speak() -> None:
             first = True
             while (clause := await clauses.get()) is not None:
-                # While the caller holds the bot, its audio waits and so can the next
-                # clause's synthesis: the cores are the held words' transcription's,
-                # which decides how long the caller hears nothing.
+                # While the caller holds the bot, the next clause's synthesis waits: the
+                # cores are the held words' transcription's, which decides how long the
+                # caller hears nothing (a stopped bot) or a lowered one. A lowered bot
+                # plays what it has meanwhile.
                 await self._playback.until_unheld()
                 pcm = await self.synthesize(clause)
                 if first:

@@ -135,7 +135,8 @@ class TurnEngine:
         self._resume_wait_ms = config.resume_min_silence_ms
         self._answered: Said | None = None  # the caller turn the bot is answering
         # Samples of the answering reply audible so far (as the playout clock has it:
-        # from when Twilio has it to play), holds excluded.
+        # from when Twilio has it to play), stopping holds excluded (a lowered bot is
+        # heard; only the count at an overlap's onset is read).
         self._heard = 0
         self._resumed_at: int | None = None  # the caller's first speech over that reply
         self._continues: Said | None = None  # the answered turn an overlap may go on
