@@ -50,16 +50,22 @@ async def test_an_interruption_stops_the_bot_within_a_fraction_of_a_second(bot: 
     assert greeting.truncated and GREETING.startswith(greeting.text.rstrip(".,!? "))
 
 
-async def test_a_backchannel_costs_the_caller_nothing_of_the_reply(bot: Bot) -> None:
+async def backchannel_over_the_greeting(bot: Bot) -> CallReport:
+    """An "okay" 1.5 s into the greeting: the greeting is heard whole and not answered."""
     report = await place_call(
         bot,
         CallerTurn(text="Okay.", after="bot_speaking", delay_ms=1500),
         hangup_after_ms=3000,
     )
-
     greeting = (await recorded_turns(bot, report.call_sid))[0]
     assert greeting.text == GREETING and not greeting.truncated
     assert len(await bot_lines(bot, report)) == 1, "a backchannel is not a turn to answer"
+    return report
+
+
+async def test_a_backchannel_costs_the_caller_nothing_of_the_reply(bot: Bot) -> None:
+    report = await backchannel_over_the_greeting(bot)
+
     # The bot may pause while the caller hums, then goes on: everything is heard.
     heard_ms = sum(end - start for start, end in report.bot_spans(ONE_REPLY_GAP_MS))
     assert heard_ms >= greeting_ms(bot) - 300, (heard_ms, greeting_ms(bot))
@@ -110,28 +116,30 @@ async def test_a_goodbye_is_heard_and_answered_with_a_goodbye(bot: Bot) -> None:
 
 @pytest.fixture(scope="module")
 def ducking_bot(servers: ServerThread, models: CascadeModels) -> Bot:
-    return start_bot(servers, models, twilio_auth_token=AUTH_TOKEN, hold_duck_db=20.0)
+    # No echo canceller on these clean lines: while one learns a line (its first ~2 s), a
+    # hold waits for 600 ms of speech, longer than an "okay", and nothing is lowered.
+    return start_bot(
+        servers, models, twilio_auth_token=AUTH_TOKEN, hold_duck_db=20.0, echo_cancellation=False
+    )
 
 
 async def test_a_ducking_bot_goes_on_quietly_under_a_backchannel(ducking_bot: Bot) -> None:
-    report = await place_call(
-        ducking_bot,
-        CallerTurn(text="Okay.", after="bot_speaking", delay_ms=1500),
-        hangup_after_ms=3000,
-    )
+    report = await backchannel_over_the_greeting(ducking_bot)
 
-    greeting = (await recorded_turns(ducking_bot, report.call_sid))[0]
-    assert greeting.text == GREETING and not greeting.truncated
-    assert len(await bot_lines(ducking_bot, report)) == 1, "a backchannel is not a turn"
     onset = report.turns[0].speech_start_ms
-    # The caller never hears the bot stop: one utterance from before the "okay" to
-    # well after it...
-    [through] = [(s, e) for s, e in report.bot_utterances if s < onset < e]
-    assert through[1] > report.turns[0].speech_end_ms + 500
-    # ...but lowered while it was judged: a hole at full level, beginning at the "okay".
+    # Under full level while the "okay" was judged (from the hold, ~0.1 s into it, to
+    # the resume, once they have been quiet ~0.5 s)...
     full = report.bot_full_level_spans()
-    holes = [(a[1], b[0]) for a, b in pairwise(full) if a[1] < through[1] and b[0] > onset]
-    assert any(onset <= start < onset + 600 for start, _ in holes), (onset, full)
+    holes = [(a[1], b[0]) for a, b in pairwise(full) if a[1] < onset + 600 and b[0] > onset + 400]
+    assert len(holes) == 1, (onset, full)
+    # ...yet heard all through it: lowered, not stopped (a stopped bot is silent there).
+    [(lowered_from, lowered_to)] = holes
+    lowered = sum(
+        min(end, lowered_to) - max(start, lowered_from)
+        for start, end in report.bot_utterances
+        if start < lowered_to and end > lowered_from
+    )
+    assert lowered >= 0.5 * (lowered_to - lowered_from), (holes, report.bot_utterances)
 
 
 async def test_a_ducking_bot_is_silenced_by_a_real_interruption(ducking_bot: Bot) -> None:
