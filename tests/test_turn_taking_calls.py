@@ -7,8 +7,6 @@ for again, and a goodbye gets a goodbye. Times are the simulator's, at the calle
 
 from __future__ import annotations
 
-from itertools import pairwise
-
 import numpy as np
 import pytest
 
@@ -126,20 +124,13 @@ def ducking_bot(servers: ServerThread, models: CascadeModels) -> Bot:
 async def test_a_ducking_bot_goes_on_quietly_under_a_backchannel(ducking_bot: Bot) -> None:
     report = await backchannel_over_the_greeting(ducking_bot)
 
-    onset = report.turns[0].speech_start_ms
-    # Under full level while the "okay" was judged (from the hold, ~0.1 s into it, to
-    # the resume, once they have been quiet ~0.5 s)...
-    full = report.bot_full_level_spans()
-    holes = [(a[1], b[0]) for a, b in pairwise(full) if a[1] < onset + 600 and b[0] > onset + 400]
-    assert len(holes) == 1, (onset, full)
-    # ...yet heard all through it: lowered, not stopped (a stopped bot is silent there).
-    [(lowered_from, lowered_to)] = holes
-    lowered = sum(
-        min(end, lowered_to) - max(start, lowered_from)
-        for start, end in report.bot_utterances
-        if start < lowered_to and end > lowered_from
-    )
-    assert lowered >= 0.5 * (lowered_to - lowered_from), (holes, report.bot_utterances)
+    turn = report.turns[0]
+    held = [c for c in report.clears if turn.speech_start_ms <= c <= turn.speech_end_ms + 1000]
+    assert held, "the bot was not held"
+    # Lowered, not stopped: the greeting takes no longer to hear than it is long (a
+    # stopped bot adds its pause, ~1 s, and replays the cut word).
+    heard_for = report.bot_utterances[-1][1] - report.bot_utterances[0][0]
+    assert heard_for <= greeting_ms(ducking_bot) + 500, (heard_for, greeting_ms(ducking_bot))
 
 
 async def test_a_ducking_bot_is_silenced_by_a_real_interruption(ducking_bot: Bot) -> None:
