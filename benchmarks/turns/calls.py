@@ -193,18 +193,19 @@ def bench_turns(args: argparse.Namespace) -> dict[str, object]:
         raise SystemExit("python -m benchmarks turns: --calls must be >= 1")
     line_names = _lines(args.lines)
     half_of: dict[str, str] = {}
+    voices = Voices()
     if args.corpus:
         # Fresh material every run unless a seed is given: nothing can be fitted to it.
         if args.seed is None:
             args.seed = int(time.time()) % 1_000_000
-        scripts = corpus_scripts(args.seed, args.corpus)
+        recordings = None if args.synthetic_only else voices.recordings
+        scripts = corpus_scripts(args.seed, args.corpus, recordings)
         half_of = halves(args.seed, scripts)
         print(f"corpus calls: seed {args.seed}", flush=True)
     else:
         scripts = _select(args.only)
         if args.seed is None:
             args.seed = 1
-    voices = Voices()
     prepared = [prepare(script, args.seed, voices) for script in scripts]
     plan: Plan = []
     for name in line_names:
@@ -242,16 +243,27 @@ def bench_turns(args: argparse.Namespace) -> dict[str, object]:
     )
     verdicts += [r.verdict for r in total_rows]
     tables.append({"line": "totals", "rows": [asdict(r) for r in total_rows]})
-    for half in ("tuning", "held-out") if half_of else ():
+    # The halves; then the held-out half by who the caller is: synthesised by espeak-ng or
+    # Piper, or a recorded person. Each as (table key, title, calls).
+    groups: list[tuple[str, str, set[str]]] = []
+    if half_of:
+        for half in ("tuning", "held-out"):
+            names = {n for n, of in half_of.items() if of == half}
+            groups.append((f"{half} half", f"{half} half of the corpus calls", names))
+        for engine in sorted({s.voice.engine for s in scripts}):
+            key = f"held-out half, {engine} callers"
+            voiced = {s.name for s in scripts if s.voice.engine == engine}
+            groups.append((key, key, names & voiced))
+    for key, title, names in groups:
         tally = Tally()
         for outcome in outcomes:
-            if half_of.get(outcome.script) == half:
+            if outcome.script in names:
                 tally.add(outcome.tally)
-        mine = [o.tally for o in outcomes if o.line == "clean" and half_of.get(o.script) == half]
+        mine = [o.tally for o in outcomes if o.line == "clean" and o.script in names]
         tally.latencies_ms = [v for t in mine for v in t.latencies_ms]
         rows = table_rows(tally, clean=bool(mine), concurrent=args.calls)
-        print_table(f"{half} half of the corpus calls, every line", rows)
-        tables.append({"line": f"{half} half", "rows": [asdict(r) for r in rows]})
+        print_table(f"{title}, every line", rows)
+        tables.append({"line": key, "rows": [asdict(r) for r in rows]})
     return {
         "machine": machine(),
         "verdict": "FAIL" if "FAIL" in verdicts else "PASS",
@@ -293,7 +305,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         default=0,
         metavar="CALLS",
         help="instead of the scripts, CALLS calls made fresh from chatterbot-corpus, "
-        "reported as a tuning and a held-out half",
+        "a quarter of them people recorded (moonshine-voice's recordings), reported as a "
+        "tuning and a held-out half",
+    )
+    turns.add_argument(
+        "--synthetic-only",
+        action="store_true",
+        help="with --corpus: every caller synthesised (a seed's calls as before the "
+        "recorded callers came in)",
     )
     turns.add_argument("--url", default="", help="dial a running server instead of starting one")
     turns.add_argument("--auth-token", default=os.environ.get("TWILIO_AUTH_TOKEN"))

@@ -6,6 +6,11 @@ minute, or the bundled Piper voice at 130-200) and four caller lines. Most lines
 paused for 0.4-1.8 s at a random word boundary, so what comes before the pause is an
 unfinished turn by construction; the others are said whole.
 
+A quarter of the calls are people instead: each line is an utterance of the recordings
+moonshine-voice ships (`benchmarks.turns.recordings`), paused the same way at a random
+gap between the reader's words, or said as recorded. A recorded caller's backchannel is
+the Piper voice's (the recordings hold none).
+
 Over the bot's reply to one of its first three lines, most calls also speak once more:
 a backchannel, or another corpus line that interrupts, at a random point of the reply
 (while enough of it is still to come to tell a stop from its end). Backchannels are the
@@ -21,7 +26,8 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.judge_material import ESPEAK_VARIANTS, ESPEAK_VOICES, corpus_pairs
-from benchmarks.turns.script import Kind, Say, Script, Voice
+from benchmarks.turns.recordings import PACKAGE, Clip, Recordings, Utterance
+from benchmarks.turns.script import RECORDED, Kind, Part, Say, Script, Voice
 from ops.simulate import After
 
 __all__ = ["BACKCHANNELS", "TURNS_PER_CALL", "corpus_scripts", "halves"]
@@ -30,6 +36,7 @@ TURNS_PER_CALL = 4
 PAUSED_SHARE = 0.6
 OVERLAP_SHARE = 0.8  # calls that also speak over one reply
 BACKCHANNEL_SHARE = 0.5  # of those, a backchannel (else an interruption)
+RECORDED_SHARE = 0.25  # calls whose caller is a recorded person
 # Switchboard's commonest backchannel forms, in writing espeak-ng and Piper can say.
 BACKCHANNELS = ("Uh-huh.", "Yeah.", "Right.", "Oh.", "Okay.", "Yes.", "Mm-hmm.", "I see.")
 # Said this long after the reply starts, and only while this much of it is still queued:
@@ -55,24 +62,42 @@ def _line(rng: np.random.Generator, line: str) -> Say:
     return Say(Kind.QUESTION, (line,))
 
 
-def _over_reply(rng: np.random.Generator, line: str) -> Say:
+def _recorded_line(rng: np.random.Generator, utterance: Utterance) -> Say:
+    clip = utterance.clip
+    points = utterance.split_points()
+    if points and rng.random() < PAUSED_SHARE:
+        at = int(rng.choice(points))
+        pause_ms = int(rng.integers(400, 1801))
+        first, rest = Clip(clip.recording, clip.start_ms, at), Clip(clip.recording, at, clip.end_ms)
+        return Say(Kind.PAUSE, (first, pause_ms, rest))
+    return Say(Kind.QUESTION, (clip,))
+
+
+def _over_reply(rng: np.random.Generator, line: Part, *, recorded: bool = False) -> Say:
     """A backchannel or an interruption (`line`, said whole) at a random point of a reply."""
     delay = int(rng.integers(OVER_REPLY_DELAY_MS[0], OVER_REPLY_DELAY_MS[1] + 1))
+    voice = None
+    said: Part
     if rng.random() < BACKCHANNEL_SHARE:
-        kind, text = Kind.BACKCHANNEL, str(rng.choice(BACKCHANNELS))
+        kind, said = Kind.BACKCHANNEL, str(rng.choice(BACKCHANNELS))
+        if recorded:
+            voice = Voice("piper", int(rng.integers(130, 201)))
     else:
-        kind, text = Kind.INTERRUPTION, line
+        kind, said = Kind.INTERRUPTION, line
     return Say(
         kind,
-        (text,),
+        (said,),
         After.BOT_SPEAKING,
         delay,
         queued_min_ms=STILL_TO_COME_MS[kind],
         where="random",
+        voice=voice,
     )
 
 
-def corpus_scripts(seed: int, calls: int) -> list[Script]:
+def corpus_scripts(seed: int, calls: int, recordings: Recordings | None = None) -> list[Script]:
+    """`calls` calls drawn by `seed`: a quarter of them recorded people, unless
+    `recordings` is None (then all are synthesised)."""
     rng = np.random.default_rng(seed)
     pairs = corpus_pairs()
     per_call = TURNS_PER_CALL + 1  # the last: an interruption's words, if one is drawn
@@ -80,15 +105,31 @@ def corpus_scripts(seed: int, calls: int) -> list[Script]:
     if not 1 <= calls <= most:
         raise SystemExit(f"--corpus: 1 to {most} calls (the corpus has {len(pairs)} lines)")
     picks = rng.choice(len(pairs), size=calls * per_call, replace=False)
+    # The recorded calls' own draws: the synthesised calls of a seed stay as they were.
+    people = np.random.default_rng([seed, 2])
+    utterances = recordings.utterances if recordings is not None else []
+    unused = list(people.permutation(len(utterances)))
     scripts = []
     for call in range(calls):
         *lines, spare = [pairs[int(i)][1] for i in picks[call * per_call : (call + 1) * per_call]]
         turns = [_line(rng, line) for line in lines]
+        at = None
         if rng.random() < OVERLAP_SHARE:
             # Over the reply to one of the first three lines: the fourth's reply may be cut
             # short by the caller's hang-up.
-            turns.insert(int(rng.integers(1, TURNS_PER_CALL)), _over_reply(rng, spare))
-        scripts.append(Script(f"corpus-{call:02d}", tuple(turns), voice=_voice(rng)))
+            at = int(rng.integers(1, TURNS_PER_CALL))
+            turns.insert(at, _over_reply(rng, spare))
+        voice = _voice(rng)
+        if utterances and people.random() < RECORDED_SHARE:
+            # Each utterance once in a run while there are enough of them.
+            if len(unused) < per_call:
+                unused = list(people.permutation(len(utterances)))
+            said = [utterances[int(unused.pop())] for _ in range(per_call)]
+            turns = [_recorded_line(people, u) for u in said[:-1]]
+            if at is not None:
+                turns.insert(at, _over_reply(people, said[-1].clip, recorded=True))
+            voice = Voice(RECORDED, 0, PACKAGE.split("==")[0])
+        scripts.append(Script(f"corpus-{call:02d}", tuple(turns), voice=voice))
     return scripts
 
 

