@@ -134,7 +134,16 @@ def corpus_scripts(seed: int, calls: int, recordings: Recordings | None = None) 
 
 
 def halves(seed: int, scripts: list[Script]) -> dict[str, str]:
-    """Each call's half, "tuning" or "held-out", dealt by the seed."""
-    order = np.random.default_rng([seed, 1]).permutation(len(scripts))
-    tuning = {int(i) for i in order[: len(scripts) // 2]}
-    return {s.name: "tuning" if i in tuning else "held-out" for i, s in enumerate(scripts)}
+    """Each call's half, "tuning" or "held-out", dealt by the seed: each kind of caller
+    (espeak-ng, Piper, recorded) split between the halves, so the held-out half has
+    its share of each."""
+    rng = np.random.default_rng([seed, 1])
+    half_of: dict[str, str] = {}
+    extra = 0  # which half an odd group's extra call goes to, in turn
+    for engine in sorted({s.voice.engine for s in scripts}):
+        names = [s.name for s in scripts if s.voice.engine == engine]
+        tuning = (len(names) + extra) // 2
+        extra ^= len(names) % 2
+        for rank, i in enumerate(rng.permutation(len(names))):
+            half_of[names[int(i)]] = "tuning" if rank < tuning else "held-out"
+    return {s.name: half_of[s.name] for s in scripts}

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.turns.corpus import TURNS_PER_CALL, corpus_scripts
+from benchmarks.turns.corpus import TURNS_PER_CALL, corpus_scripts, halves
 from benchmarks.turns.recordings import (
     RECORDINGS,
     UTTERANCE_PAUSE_MS,
@@ -93,6 +93,16 @@ def test_a_recorded_call_is_played_as_recorded_with_its_scripted_pause(
             [(start, end)] = facts.pauses_ms
             assert end - start == pause
             assert not np.any(turn.audio[int(start * 8) : int(end * 8)])
+
+
+def test_each_kind_of_caller_is_split_between_the_halves(recordings: Recordings) -> None:
+    for seed in range(6):
+        scripts = corpus_scripts(seed=seed, calls=12, recordings=recordings)
+        half_of = halves(seed, scripts)
+        assert abs(list(half_of.values()).count("held-out") - 6) <= 1
+        for engine in {s.voice.engine for s in scripts}:
+            mine = [half_of[s.name] for s in scripts if s.voice.engine == engine]
+            assert abs(mine.count("held-out") - mine.count("tuning")) <= 1, (seed, engine)
 
 
 def test_the_synthesised_calls_of_a_seed_are_the_same_with_recorded_callers_among_them(
