@@ -143,7 +143,10 @@ def _serve_and_run(
     from ops.local_server import ServerThread, free_port
 
     settings = Settings.from_env()
-    data_dir = Path(tempfile.mkdtemp(prefix="offhook-bench-turns-"))
+    keep: Path | None = args.keep_records
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+    data_dir = keep or Path(tempfile.mkdtemp(prefix="offhook-bench-turns-"))
     servers = ServerThread()
     try:
         port = free_port()
@@ -163,7 +166,8 @@ def _serve_and_run(
         outcomes = run_plan(url, BENCH_TOKEN, plan, args.calls, record_dir)
     finally:
         servers.close()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        if keep is None:
+            shutil.rmtree(data_dir, ignore_errors=True)
     described = {"stt_model": settings.stt_model, "max_calls": local.max_calls}
     return outcomes, described
 
@@ -318,6 +322,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     turns.add_argument("--auth-token", default=os.environ.get("TWILIO_AUTH_TOKEN"))
     turns.add_argument(
         "--record-dir", type=Path, default=None, help="a stereo WAV per call (caller | bot)"
+    )
+    turns.add_argument(
+        "--keep-records",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the started server's data folder: its call records stay there, to read with "
+        "`offhook calls show` (DATA_DIR=DIR)",
     )
     turns.set_defaults(run=bench_turns)
     return turns
