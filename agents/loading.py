@@ -17,6 +17,7 @@ import numpy as np
 from agents.assets import STT_ASSETS, ModelCache
 from agents.cascade.agent import CascadeModels, EndOfTurn
 from agents.cascade.draft import DraftBoard
+from agents.cascade.hosted_words_judge import HostedWordsJudge
 from agents.cascade.llm import ChatPool, Message, OpenAIChat
 from agents.cascade.llm_health import EmbeddedLlmSupervisor, HostedLlmWatch, LlmHealth
 from agents.cascade.llm_server import EmbeddedLlamaServer, free_local_port
@@ -49,8 +50,15 @@ async def load_models(
     turn_model = await asyncio.to_thread(cache.path, "smart-turn-v3.2")
 
     llm, health = await load_language_model(settings, stack, llm_servers or settings.llm_servers)
-    words_judge = None
-    if settings.turn_judge == "words":
+    words_judge: LlamaWordsJudge | HostedWordsJudge | None = None
+    if settings.turn_judge == "words" and settings.turn_judge_url:
+        words_judge = HostedWordsJudge(
+            settings.turn_judge_url,
+            model=settings.turn_judge_model,
+            api_key=settings.turn_judge_api_key,
+        )
+        stack.callback(words_judge.close)
+    elif settings.turn_judge == "words":
         gguf = await asyncio.to_thread(cache.path, "smollm2-135m-instruct")
         words_judge = await asyncio.to_thread(LlamaWordsJudge, gguf, threads=threads)
         stack.callback(words_judge.close)

@@ -280,6 +280,19 @@ class Settings:
         "on 2 cores; the END_OF_TURN_* settings then apply only to turns it could not "
         "score) or 'rules' (Smart Turn, Whisper's punctuation and closed word classes).",
     )
+    turn_judge_url: str = _env_field(
+        "TURN_JUDGE_URL",
+        "",
+        "With TURN_JUDGE=words: an OpenAI-compatible server whose /completions returns "
+        "`logprobs` (a llama.cpp server, vLLM) to run the words judge on, with a model that "
+        "reads ChatML (SmolLM2, Qwen). Empty: the embedded SmolLM2, in process. A check "
+        "not back within 1 s is no score, and that turn is judged without it.",
+        url=True,
+    )
+    turn_judge_model: str = _env_field("TURN_JUDGE_MODEL", "", "Model name sent to TURN_JUDGE_URL.")
+    turn_judge_api_key: str = _env_field(
+        "TURN_JUDGE_API_KEY", "", "API key for TURN_JUDGE_URL.", secret=True
+    )
     model_threads: int = _env_field(
         "MODEL_THREADS", 2, "Threads each CPU model (STT, TTS, LLM) may use."
     )

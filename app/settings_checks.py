@@ -45,6 +45,9 @@ def check_values(s: Settings) -> None:
         raise SettingsError(f"UNIT_MS must be within 200..2000, got {s.unit_ms}")
     if s.turn_judge not in ("words", "rules"):
         raise SettingsError(f"TURN_JUDGE must be 'words' or 'rules', got {s.turn_judge!r}")
+    if s.turn_judge_url and s.turn_judge != "words":
+        # Set for a judge that would never be asked: say so rather than ignore it.
+        raise SettingsError("TURN_JUDGE_URL runs the words judge: it needs TURN_JUDGE=words")
     if s.history_turns < 1:
         raise SettingsError(f"HISTORY_TURNS must be >= 1, got {s.history_turns}")
     if s.worker_session_timeout_s <= 0:

@@ -26,11 +26,20 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["LlamaWordsJudge", "WordsJudge", "judged_words", "turn_prompt"]
+__all__ = [
+    "END_OF_TEXT_MARKERS",
+    "LlamaWordsJudge",
+    "WordsJudge",
+    "ends_a_sentence",
+    "judged_words",
+    "turn_prompt",
+]
 
 # A token made only of sentence-final marks (with quotes, brackets or spaces around),
 # not of dots alone beyond one: "..." after an open clause is trailing off, not an end.
 _FINAL_TOKEN = re.compile(r"""^[\s"')\]]*(?:[.?!。？！]|[?!。？！][.?!。？！]+)[\s"')\]]*$""")
+# The chat templates' end-of-turn and end-of-text markers (ChatML, Llama 2 and 3, GPT-2).
+END_OF_TEXT_MARKERS = ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>")
 # Whisper's ending: its final marks, and a dangling comma or dash.
 _TRAILING = re.compile(r"""[\s.?!,;:…\-–—"']+$""")
 
@@ -39,6 +48,11 @@ class WordsJudge(Protocol):
     def complete(self, bot_line: str, words: str) -> float:
         """P(the caller's turn is complete after `words`), given the bot's last line."""
         ...
+
+
+def ends_a_sentence(piece: str) -> bool:
+    """A token's text that ends a sentence: only sentence-final marks."""
+    return bool(piece) and _FINAL_TOKEN.match(piece) is not None
 
 
 def judged_words(text: str) -> str:
@@ -94,13 +108,13 @@ class LlamaWordsJudge:
     def _ending_tokens(self) -> set[int]:
         llama = self._llama
         endings = {int(llama.token_eos())}
-        for special in ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>"):
+        for special in END_OF_TEXT_MARKERS:
             ids = llama.tokenize(special.encode(), add_bos=False, special=True)
             if len(ids) == 1:
                 endings.add(int(ids[0]))
         for token in range(llama.n_vocab()):
             piece = llama.detokenize([token]).decode("utf-8", errors="ignore")
-            if piece and _FINAL_TOKEN.match(piece):
+            if ends_a_sentence(piece):
                 endings.add(token)
         return endings
 

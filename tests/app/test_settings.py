@@ -91,6 +91,13 @@ def test_check_accepts_the_ends_of_the_chunk_range(chunk_ms: str) -> None:
     assert Settings.from_env({"CHUNK_MS": chunk_ms}).chunk_ms == int(chunk_ms)
 
 
+def test_a_hosted_turn_judge_is_for_the_words_judge_only() -> None:
+    hosted = {"TURN_JUDGE_URL": "http://judge.example:8080/v1"}
+    assert Settings.from_env(hosted).turn_judge_url == "http://judge.example:8080/v1"
+    with pytest.raises(SettingsError, match="TURN_JUDGE=words"):
+        Settings.from_env({**hosted, "TURN_JUDGE": "rules"})
+
+
 def test_check_refuses_an_llm_endpoint_without_a_model() -> None:
     with pytest.raises(SettingsError, match="LLM_MODEL"):
         Settings.from_env({"LLM_BASE_URL": "https://api.example.com/v1"})

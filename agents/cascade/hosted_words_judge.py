@@ -1,0 +1,105 @@
+"""The words judge on a hosted model (TURN_JUDGE_URL): the same question as
+`LlamaWordsJudge` asks the embedded SmolLM2, put to an OpenAI-compatible server.
+
+The server completes the open prompt by one token and returns the most likely next
+tokens with their log-probabilities (the legacy `/completions` API's `logprobs`, which
+llama.cpp's servers and vLLM serve). The score is the probability of those that end a
+sentence or the turn. Only the top `TOP_LOGPROBS` are returned, so the rest of the
+ending mass is missed: the score is a lower bound, close when the model is sure.
+
+The prompt is ChatML (`turn_prompt`): the server's model must read ChatML, as SmolLM2
+and Qwen do. Chat endpoints cannot do this: their log-probabilities are of the reply,
+after the caller's turn has been closed for them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import httpx
+
+from agents.cascade.words_judge import (
+    END_OF_TEXT_MARKERS,
+    ends_a_sentence,
+    judged_words,
+    turn_prompt,
+)
+from agents.config import shown_url
+
+__all__ = ["HostedJudgeError", "HostedWordsJudge"]
+
+# As many alternatives as vLLM gives by default (OpenAI's own completions give 5).
+TOP_LOGPROBS = 20
+# A template marker inside the words would be read as one by the server's tokenizer.
+_MARKER = re.compile(r"<\|[^|<>]{1,40}\|>|</s>")
+
+
+class HostedJudgeError(RuntimeError):
+    """The endpoint gave no usable next-token probabilities."""
+
+
+class HostedWordsJudge:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str = "",
+        api_key: str = "",
+        timeout_s: float = 1.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._url = base_url.rstrip("/") + "/completions"
+        self._model = model
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # A check must be back within the caller's pause; a slower one is no score, and
+        # the turn is judged without it.
+        self._client = httpx.Client(headers=headers, timeout=timeout_s, transport=transport)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def complete(self, bot_line: str, words: str) -> float:
+        words = judged_words(_MARKER.sub(" ", words))
+        if not words:
+            return 0.0
+        prompt = turn_prompt(_MARKER.sub(" ", bot_line), words)
+        body: dict[str, Any] = {
+            "prompt": prompt,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "logprobs": TOP_LOGPROBS,
+        }
+        if self._model:
+            body["model"] = self._model
+        where = shown_url(self._url)
+        try:
+            response = self._client.post(self._url, json=body)
+        except httpx.HTTPError as exc:
+            raise HostedJudgeError(f"{where}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code != 200:
+            raise HostedJudgeError(f"{where}: HTTP {response.status_code}: {response.text[:200]}")
+        return ending_probability(_top_logprobs(response.json(), where))
+
+
+def ending_probability(top: dict[str, float]) -> float:
+    """The probability of the next token ending the sentence or the turn, of those
+    listed (token text -> log-probability)."""
+    total = sum(
+        math.exp(lp)
+        for token, lp in top.items()
+        if math.isfinite(lp) and (token in END_OF_TEXT_MARKERS or ends_a_sentence(token))
+    )
+    return min(1.0, total)
+
+
+def _top_logprobs(payload: Any, where: str) -> dict[str, float]:
+    try:
+        first = payload["choices"][0]["logprobs"]["top_logprobs"][0]
+        return {str(token): float(lp) for token, lp in first.items()}
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        raise HostedJudgeError(
+            f"{where} returned no next-token log-probabilities: the words judge needs a "
+            "/completions endpoint that returns `logprobs` (a llama.cpp server, vLLM)"
+        ) from exc
