@@ -50,7 +50,8 @@ Each prints a table; `--json PATH` also writes the figures, under a "provenance"
 with the commit, date, machine, options and non-default settings of the run
 (benchmarks/provenance.py). `stt-evidence`, `llama-build` and `judge` take their own
 arguments (`python -m benchmarks judge --help`). `turns --corpus N` replaces the
-scripts with N calls made fresh from chatterbot-corpus, in a tuning and a held-out half.
+scripts with N calls made fresh from chatterbot-corpus, a quarter of them people
+recorded (moonshine-voice's recordings), in a tuning and a held-out half.
 """
 
 from __future__ import annotations
