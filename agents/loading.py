@@ -17,7 +17,7 @@ import numpy as np
 from agents.assets import STT_ASSETS, ModelCache
 from agents.cascade.agent import CascadeModels, EndOfTurn
 from agents.cascade.draft import DraftBoard
-from agents.cascade.hosted_words_judge import HostedWordsJudge
+from agents.cascade.hosted_words_judge import HostedJudgeError, HostedWordsJudge
 from agents.cascade.llm import ChatPool, Message, OpenAIChat
 from agents.cascade.llm_health import EmbeddedLlmSupervisor, HostedLlmWatch, LlmHealth
 from agents.cascade.llm_server import EmbeddedLlamaServer, free_local_port
@@ -247,4 +247,11 @@ async def _warm_up(models: CascadeModels, settings: ModelSettings) -> None:
     await asyncio.to_thread(models.stt.transcribe, silence)
     await asyncio.to_thread(models.end_of_turn.predict, silence)
     if models.words_judge is not None:
-        await asyncio.to_thread(models.words_judge.complete, settings.greeting, "Hello")
+        try:
+            await asyncio.to_thread(models.words_judge.complete, settings.greeting, "Hello")
+        except HostedJudgeError as exc:
+            # Configured and unable to judge: a failed start, not a server whose every
+            # turn falls back on the rules.
+            raise HostedJudgeError(
+                f"the words judge at TURN_JUDGE_URL cannot judge: {exc}"
+            ) from exc

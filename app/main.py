@@ -15,6 +15,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from agents.cascade.agent import CascadeModels
+from agents.cascade.hosted_words_judge import HostedJudgeError
 from agents.cascade.llm_server import LlmStartError
 from agents.duplex.supervisor import WorkerSupervisor
 from agents.loading import load_models
@@ -479,7 +480,7 @@ async def _load(
         models = await load_models(services.settings, stack)
     except asyncio.CancelledError:
         raise
-    except LlmStartError as exc:
+    except (LlmStartError, HostedJudgeError) as exc:
         # Its message is the cause and what to do: no traceback to read through.
         services.load_error = str(exc)
         log.error("cannot start: %s", exc)

@@ -3,7 +3,8 @@
 - An embedded llama.cpp server SIGKILLed between two turns of a call: the next turn,
   and the next call, are answered by the LLM, not with the apology.
 - `offhook serve` whose embedded LLM cannot start (a corrupt GGUF) exits non-zero with
-  the reason in one line, and never reports ready.
+  the reason in one line, and never reports ready; so does one whose hosted words
+  judge (TURN_JUDGE_URL) cannot judge.
 - Readiness is false until an LLM has answered: a hosted LLM that is down at start.
 
 Real uvicorn servers, the Twilio-protocol caller, real llama.cpp processes.
@@ -102,22 +103,9 @@ async def test_the_turn_after_the_llm_server_is_killed_and_the_next_call_are_ans
     assert len(replies) >= 2 and replies[1].strip() and replies[1] != apology, replies
 
 
-def test_serve_with_a_corrupt_model_exits_with_the_reason_and_is_never_ready(
-    tmp_path: Path,
-) -> None:
-    gguf = ModelCache(bot_settings().model_cache_dir).path("smollm2-135m-instruct")
-    corrupt = tmp_path / "cut.gguf"
-    corrupt.write_bytes(gguf.read_bytes()[: 1 << 20])
-    port = free_port()
-    env = {
-        **os.environ,
-        "PORT": str(port),
-        "DATA_DIR": str(tmp_path / "data"),
-        "LLM_GGUF": str(corrupt),
-        "LLM_EMBEDDED_SERVERS": "1",
-        "LOG_LEVEL": "INFO",
-    }
-    env.pop("LLM_BASE_URL", None)
+def serve_until_it_exits(env: dict[str, str], port: int) -> tuple[int, str, list[int]]:
+    """`offhook serve` with `env`, polled on /healthz until it exits: its exit code, its
+    stderr, and the health answers it gave meanwhile."""
     serve = subprocess.Popen(
         [sys.executable, "-m", "cli", "serve"],
         env=env,
@@ -141,10 +129,50 @@ def test_serve_with_a_corrupt_model_exits_with_the_reason_and_is_never_ready(
     finally:
         if serve.poll() is None:
             serve.kill()
-    assert serve.returncode == 1, stderr[-2000:]
+    return serve.returncode, stderr, answers
+
+
+def test_serve_with_a_corrupt_model_exits_with_the_reason_and_is_never_ready(
+    tmp_path: Path,
+) -> None:
+    gguf = ModelCache(bot_settings().model_cache_dir).path("smollm2-135m-instruct")
+    corrupt = tmp_path / "cut.gguf"
+    corrupt.write_bytes(gguf.read_bytes()[: 1 << 20])
+    port = free_port()
+    env = {
+        **os.environ,
+        "PORT": str(port),
+        "DATA_DIR": str(tmp_path / "data"),
+        "LLM_GGUF": str(corrupt),
+        "LLM_EMBEDDED_SERVERS": "1",
+        "LOG_LEVEL": "INFO",
+    }
+    env.pop("LLM_BASE_URL", None)
+    code, stderr, answers = serve_until_it_exits(env, port)
+    assert code == 1, stderr[-2000:]
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("offhook serve: cannot start: "), last
     assert "cannot load the model" in last and "LLM_GGUF" in last, last
+    assert 200 not in answers
+
+
+def test_serve_with_a_hosted_turn_judge_that_cannot_judge_exits_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    port, judge_port = free_port(), free_port()  # nothing listens on the judge's
+    env = {
+        **os.environ,
+        "PORT": str(port),
+        "DATA_DIR": str(tmp_path / "data"),
+        "LLM_EMBEDDED_SERVERS": "1",
+        "TURN_JUDGE_URL": f"http://127.0.0.1:{judge_port}/v1",
+    }
+    env.pop("LLM_BASE_URL", None)
+    code, stderr, answers = serve_until_it_exits(env, port)
+    assert code == 1, stderr[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("offhook serve: cannot start: the words judge at TURN_JUDGE_URL"), last
+    assert f"127.0.0.1:{judge_port}" in last, last
     assert 200 not in answers
 
 
