@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -247,8 +248,16 @@ async def _warm_up(models: CascadeModels, settings: ModelSettings) -> None:
     await asyncio.to_thread(models.stt.transcribe, silence)
     await asyncio.to_thread(models.end_of_turn.predict, silence)
     if models.words_judge is not None:
+        judge = models.words_judge
+        # A hosted server's first answer may be slow (a connection to set up, a model
+        # to page in): the start waits for it longer than a call's pause would.
+        check = (
+            partial(judge.complete, timeout_s=10.0)
+            if isinstance(judge, HostedWordsJudge)
+            else judge.complete
+        )
         try:
-            await asyncio.to_thread(models.words_judge.complete, settings.greeting, "Hello")
+            await asyncio.to_thread(check, settings.greeting, "Hello")
         except HostedJudgeError as exc:
             # Configured and unable to judge: a failed start, not a server whose every
             # turn falls back on the rules.

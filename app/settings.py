@@ -286,7 +286,8 @@ class Settings:
         "With TURN_JUDGE=words: an OpenAI-compatible server whose /completions returns "
         "`logprobs` (a llama.cpp server, vLLM) to run the words judge on, with a model that "
         "reads ChatML (SmolLM2, Qwen). Empty: the embedded SmolLM2, in process. A check "
-        "not back within 1 s is no score, and that turn is judged without it.",
+        "whose connection or answer takes over 1 s is no score, and that turn is judged "
+        "without it; at start, a judge that cannot answer is a failed start.",
         url=True,
     )
     turn_judge_model: str = _env_field("TURN_JUDGE_MODEL", "", "Model name sent to TURN_JUDGE_URL.")

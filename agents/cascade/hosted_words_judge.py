@@ -32,6 +32,10 @@ __all__ = ["HostedJudgeError", "HostedWordsJudge"]
 
 # As many alternatives as vLLM gives by default (OpenAI's own completions give 5).
 TOP_LOGPROBS = 20
+# The most of the bot's line and of the caller's words sent, from their ends: about the
+# 96 and 320 tokens `LlamaWordsJudge` reads, so a long reading fits a small context.
+BOT_CHARS = 400
+WORDS_CHARS = 1300
 # A template marker inside the words would be read as one by the server's tokenizer.
 _MARKER = re.compile(r"<\|[^|<>]{1,40}\|>|</s>")
 
@@ -54,17 +58,20 @@ class HostedWordsJudge:
         self._model = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # A check must be back within the caller's pause; a slower one is no score, and
-        # the turn is judged without it.
+        # the turn is judged without it. (httpx times each phase: connecting, sending,
+        # the answer.)
         self._client = httpx.Client(headers=headers, timeout=timeout_s, transport=transport)
 
     def close(self) -> None:
         self._client.close()
 
-    def complete(self, bot_line: str, words: str) -> float:
-        words = judged_words(_MARKER.sub(" ", words))
+    def complete(self, bot_line: str, words: str, *, timeout_s: float | None = None) -> float:
+        """P(the caller's turn is complete after `words`); `timeout_s` for a check that
+        may take longer than one in a call's pause (the first, at start)."""
+        words = _tail(judged_words(_MARKER.sub(" ", words)), WORDS_CHARS)
         if not words:
             return 0.0
-        prompt = turn_prompt(_MARKER.sub(" ", bot_line), words)
+        prompt = turn_prompt(_tail(_MARKER.sub(" ", bot_line), BOT_CHARS), words)
         body: dict[str, Any] = {
             "prompt": prompt,
             "max_tokens": 1,
@@ -74,13 +81,38 @@ class HostedWordsJudge:
         if self._model:
             body["model"] = self._model
         where = shown_url(self._url)
+        timeout = httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s
         try:
-            response = self._client.post(self._url, json=body)
+            response = self._client.post(self._url, json=body, timeout=timeout)
+            payload = response.json() if response.status_code == 200 else None
         except httpx.HTTPError as exc:
             raise HostedJudgeError(f"{where}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code != 200:
-            raise HostedJudgeError(f"{where}: HTTP {response.status_code}: {response.text[:200]}")
-        return ending_probability(_top_logprobs(response.json(), where))
+        except ValueError as exc:  # a 200 that is not JSON: a proxy's page
+            raise HostedJudgeError(f"{where}: the answer is not JSON") from exc
+        if payload is None:
+            # The status and the server's own reason, not the body: it may quote the
+            # prompt, which holds the caller's words.
+            raise HostedJudgeError(f"{where}: HTTP {response.status_code}{_reason(response)}")
+        return ending_probability(_top_logprobs(payload, where))
+
+
+def _tail(text: str, chars: int) -> str:
+    """The end of `text`, whole words, within `chars`: what tells whether it is finished
+    (as the in-process judge reads the last 96 and 320 tokens)."""
+    text = text.strip()
+    if len(text) <= chars:
+        return text
+    cut = text[-chars:]
+    return cut.split(" ", 1)[1] if " " in cut else cut
+
+
+def _reason(response: httpx.Response) -> str:
+    try:
+        error = response.json().get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+    except (ValueError, AttributeError):
+        return ""
+    return f": {str(message)[:120]}" if message else ""
 
 
 def ending_probability(top: dict[str, float]) -> float:
@@ -95,8 +127,16 @@ def ending_probability(top: dict[str, float]) -> float:
 
 
 def _top_logprobs(payload: Any, where: str) -> dict[str, float]:
+    """The first token's alternatives, from the legacy completions API's shape
+    (`logprobs.top_logprobs[0]`, a {token: logprob} map: llama_cpp.server, vLLM) or
+    llama.cpp llama-server's (`logprobs.content[0].top_logprobs`, a list of {token,
+    logprob})."""
     try:
-        first = payload["choices"][0]["logprobs"]["top_logprobs"][0]
+        logprobs = payload["choices"][0]["logprobs"]
+        if "content" in logprobs:
+            listed = logprobs["content"][0]["top_logprobs"]
+            return {str(item["token"]): float(item["logprob"]) for item in listed}
+        first = logprobs["top_logprobs"][0]
         return {str(token): float(lp) for token, lp in first.items()}
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         raise HostedJudgeError(

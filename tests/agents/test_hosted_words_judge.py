@@ -121,6 +121,34 @@ def test_a_check_asks_one_token_with_its_alternatives_of_the_open_prompt() -> No
     assert body["prompt"].count("<|im_end|>") == 1  # the bot's line's
 
 
+def test_llama_servers_own_shape_of_the_alternatives_is_read_too() -> None:
+    # llama.cpp's llama-server answers /v1/completions with the chat API's shape:
+    # logprobs.content[i].top_logprobs, a list of {id, token, bytes, logprob}
+    # (tools/server/server-task.cpp, completion_token_output::to_json).
+    listed = [
+        {"id": 30, "token": "?", "bytes": [63], "logprob": math.log(0.25)},
+        {"id": 2, "token": "<|im_end|>", "bytes": [], "logprob": math.log(0.25)},
+        {"id": 260, "token": " on", "bytes": [32, 111, 110], "logprob": math.log(0.5)},
+    ]
+    logprobs = {"content": [{"id": 30, "token": "?", "logprob": -1.4, "top_logprobs": listed}]}
+    answer = httpx.Response(200, json={"choices": [{"text": "?", "logprobs": logprobs}]})
+    judge = HostedWordsJudge(
+        "http://judge.invalid/v1", transport=httpx.MockTransport(lambda _: answer)
+    )
+    assert judge.complete("Hello?", "Can I come in today") == pytest.approx(0.5)
+
+
+def test_a_long_turn_is_sent_by_its_end_as_the_embedded_judge_reads_it() -> None:
+    seen: list[dict[str, object]] = []
+    judge = HostedWordsJudge("http://judge.invalid/v1", transport=completions({".": 0.0}, seen))
+    reading = " ".join(f"word{i}" for i in range(2000))
+    judge.complete("Go ahead. " * 200, reading)
+    body = seen[0]["body"]
+    assert isinstance(body, dict)
+    assert body["prompt"].endswith("word1999") and "word0 " not in body["prompt"]
+    assert len(body["prompt"]) < 2000
+
+
 def test_no_words_are_no_check() -> None:
     seen: list[dict[str, object]] = []
     judge = HostedWordsJudge("http://judge.invalid/v1", transport=completions({".": 0.0}, seen))
@@ -131,7 +159,12 @@ def test_no_words_are_no_check() -> None:
 @pytest.mark.parametrize(
     ("response", "reason"),
     [
-        (httpx.Response(500, text="model not loaded"), "HTTP 500: model not loaded"),
+        (httpx.Response(500, text="<html>Bad gateway</html>"), r"HTTP 500$"),
+        (
+            httpx.Response(400, json={"error": {"message": "logprobs must be at most 5"}}),
+            "HTTP 400: logprobs must be at most 5",
+        ),
+        (httpx.Response(200, text="<html>Sign in</html>"), "not JSON"),
         (
             httpx.Response(200, json={"choices": [{"message": {"content": "Hi"}}]}),
             "no next-token log-probabilities",
