@@ -109,8 +109,10 @@ def corpus_scripts(seed: int, calls: int, recordings: Recordings | None = None) 
     people = np.random.default_rng([seed, 2])
     utterances = recordings.utterances if recordings is not None else []
     unused = list(people.permutation(len(utterances)))
-    # A quarter exactly, not a quarter on average: a 16-call run drew none at 1 in 100.
-    recorded = set(people.permutation(calls)[: round(calls * RECORDED_SHARE)].tolist())
+    # A quarter exactly (halves rounded up), not a quarter on average: a 16-call run drew
+    # none at 1 in 100.
+    share = int(calls * RECORDED_SHARE + 0.5) if len(utterances) >= per_call else 0
+    recorded = set(people.permutation(calls)[:share].tolist())
     scripts = []
     for call in range(calls):
         *lines, spare = [pairs[int(i)][1] for i in picks[call * per_call : (call + 1) * per_call]]

@@ -1,8 +1,9 @@
 """Real people for `bench turns`: the speech recordings the moonshine-voice package ships
 (MIT), read from its wheel's assets folder and checked by sha256.
 
-They are readings and a dialogue: a novel's opening, two lines of a play read by two
-actors, a short quotation, a voice sample. Nobody here wrote or said them. A caller turn
+They are readings and a dialogue: a novel's opening, a scene of a play in two voices
+(its even 0.62-0.64 s gaps between lines suggest takes put together), a short
+quotation, a voice sample. Nobody here wrote or said them. A caller turn
 is one utterance of a recording, as the reader said it: speech between the reader's own
 long pauses (its shorter pauses, at commas, stay inside the turn). A paused turn stops
 at one of the reader's inner pauses and waits there, silent, before the rest: the reader
