@@ -39,6 +39,7 @@ __all__ = [
     "LlmFirstToken",
     "MarkEchoed",
     "MarkSent",
+    "NotHeld",
     "NotSpeech",
     "PatienceRaised",
     "ProtocolErrorEvent",
@@ -369,6 +370,19 @@ class Backchannel(CallEvent):
     name: ClassVar[str] = "backchannel"
     speech_ms: int = 0
     text: str = ""
+
+
+@_event
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotHeld(CallEvent):
+    """Speech over the bot that ended without holding it: loud like a caller for only
+    `loud_ms` of it, too little for a hold (more is needed while the echo canceller is
+    still learning the line, `echo_settled` false)."""
+
+    name: ClassVar[str] = "not_held"
+    speech_ms: int = 0
+    loud_ms: int = 0
+    echo_settled: bool = True
 
 
 @_event

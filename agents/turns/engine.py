@@ -53,6 +53,7 @@ from callevents import (
     EchoIgnored,
     EndOfTurn,
     EventSink,
+    NotHeld,
     NotSpeech,
     PatienceRaised,
     SpeechStart,
@@ -117,6 +118,7 @@ class TurnEngine:
         self.state = TurnState.LISTENING
         self.position = 0
         self.speaking = False  # the caller's speech run is on
+        self._echo_settled = True  # the front end's canceller, at the latest frame
         self._speech_start = 0
         self._cut_in = False  # this turn took the floor from the bot (see _interrupt)
         self._utterance_start = 0  # first sample of the caller's turn (with preroll)
@@ -182,6 +184,7 @@ class TurnEngine:
     def frame(self, frame: Frame) -> list[Decision]:
         out: list[Decision] = []
         self.position = frame.end
+        self._echo_settled = frame.echo_settled
         # `frame.bot_audible` was measured before this frame's decisions: a bot resumed
         # in this frame is not audible in it yet, and is not played out by that.
         state_before = self.state
@@ -269,10 +272,13 @@ class TurnEngine:
                 self._evaluate(sample, out)
             case TurnState.OVERLAP:
                 assert self._overlap is not None
-                # Never loud enough to hold the bot: the bot's echo, or the room.
+                # Never loud enough to hold the bot: the bot's echo, or the room (or a
+                # caller the echo canceller held down: the record says how loud).
                 speech_ms = _ms(sample - self._overlap.start)
                 if self._overlap.loud:
-                    self._emit(Backchannel(speech_ms=speech_ms, text=""))
+                    loud_ms = _ms(self._overlap.loud)
+                    settled = self._echo_settled
+                    self._emit(NotHeld(speech_ms=speech_ms, loud_ms=loud_ms, echo_settled=settled))
                 else:
                     self._emit(EchoIgnored(speech_ms=speech_ms))
                 self._end_overlap(TurnState.BOT)

@@ -765,6 +765,18 @@ async def test_before_the_echo_canceller_has_settled_an_interruption_must_be_lon
         assert session.count("offhook_barge_ins_total") == 1
 
 
+async def test_loud_speech_over_the_bot_too_short_to_hold_it_is_on_the_record() -> None:
+    async with call(greeting=GREETING) as session:
+        session.echo_settled = False
+        await greeted(session)
+        await session.talk(300)  # loud, but a hold needs 600 ms while the canceller learns
+        await session.pause(200)
+        assert session.line.clears() == 0
+        [data] = [data for name, data in session.events if name == "not_held"]
+        assert data["echo_settled"] is False
+        assert 280 <= int(str(data["loud_ms"])) <= int(str(data["speech_ms"])) <= 340, data
+
+
 async def test_echo_of_the_bot_never_interrupts_it() -> None:
     async with call(greeting=GREETING) as session:
         await greeted(session)
