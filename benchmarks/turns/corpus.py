@@ -124,7 +124,7 @@ def corpus_scripts(seed: int, calls: int, recordings: Recordings | None = None) 
             at = int(rng.integers(1, TURNS_PER_CALL))
             turns.insert(at, _over_reply(rng, spare))
         voice = _voice(rng)
-        if utterances and call in recorded:
+        if call in recorded:  # (none without enough utterances: share 0)
             # Each utterance once in a run while there are enough of them.
             if len(unused) < per_call:
                 unused = list(people.permutation(len(utterances)))
