@@ -48,14 +48,25 @@ class Overlap:
                 self.count(frame, True, cfg)
 
     def holds(self, position: int, echo_settled: bool, cfg: TurnTaking) -> bool:
-        """Loud for long enough, and for a third of the speech at least."""
+        """Loud for long enough, and for a third of the speech at least; or speech that
+        has gone on as long as an interruption does, loud like a caller at times."""
         # Until the echo canceller has found the echo path, the bot's echo gets through
         # at its raw level (a speakerphone's is ~10 dB under the bot, inside the echo
         # margin) in word-long runs: only longer speech is surely the caller. A hold on
         # echo would also re-send the audio and set the canceller back.
         hold_ms = cfg.hold_min_speech_ms if echo_settled else cfg.hold_unsettled_ms
         hold_at = _samples(hold_ms)
-        return self.loud >= hold_at and self.loud * 3 >= position - self.start
+        speech = position - self.start
+        if self.loud >= hold_at and self.loud * 3 >= speech:
+            return True
+        # The canceller can also hold a caller under the echo margin for seconds (AEC3
+        # on a -10 dB speakerphone, for a whole greeting on some renditions of it:
+        # docs/benchmarks.md). Echo gets past speech detection's gate in word-long runs
+        # at most, so speech as long as the barge-in's is the caller's, however low the
+        # canceller put it.
+        factor = 1 if echo_settled else 2
+        goes_on = speech >= _samples(cfg.barge_in_min_speech_ms) * factor
+        return goes_on and self.loud >= _samples(cfg.hold_min_speech_ms)
 
 
 class RecentFrames:

@@ -115,10 +115,10 @@ class Call:
         self.speaking = True
         await self._frames(ms, level_db, SpeechStarted(self.position))
 
-    async def go_on(self, ms: int) -> None:
+    async def go_on(self, ms: int, *, level_db: float = CALLER_LEVEL_DB) -> None:
         """More of the caller's speech, with no pause since `talk`."""
         assert self.speaking, "not talking"
-        await self._frames(ms, CALLER_LEVEL_DB, None)
+        await self._frames(ms, level_db, None)
 
     async def pause(self, ms: int) -> None:
         """Silence; if the caller was talking, the VAD's SpeechStopped is in the first frame."""
@@ -775,6 +775,21 @@ async def test_loud_speech_over_the_bot_too_short_to_hold_it_is_on_the_record() 
         [data] = [data for name, data in session.events if name == "not_held"]
         assert data["echo_settled"] is False
         assert 280 <= int(str(data["loud_ms"])) <= int(str(data["speech_ms"])) <= 340, data
+
+
+async def test_a_caller_the_canceller_holds_down_is_heard_by_how_long_they_go_on() -> None:
+    async with call(greeting=GREETING) as session:
+        await greeted(session)
+        held_down = BOT_LEVEL_DB - 20  # under the echo margin, as an echo would be
+        await session.talk(300, level_db=held_down)
+        await session.go_on(60)  # a word gets through at their own level
+        await session.go_on(520, level_db=held_down)
+        assert session.line.clears() == 0, "held on a word"
+        # Speech over the bot as long as an interruption is the caller's.
+        await session.go_on(TurnTaking().barge_in_min_speech_ms - 880 + 40, level_db=held_down)
+        assert session.line.clears() == 1, "a caller the canceller held down was never heard"
+        await session.go_on(40, level_db=held_down)
+        assert session.count("offhook_barge_ins_total") == 1
 
 
 async def test_echo_of_the_bot_never_interrupts_it() -> None:
