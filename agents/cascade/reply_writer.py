@@ -1,9 +1,10 @@
 """The reply writer: the bot's words, from the LLM, clause by clause, through Piper to
 the caller's ear.
 
-The LLM's stream is cut into clauses as it comes (agents/cascade/clauses.py); each clause
-is synthesised and queued for playback while the model writes the next, so the caller
-hears the first clause long before the reply is written. A reply may start from a draft
+The LLM's stream is cut into clauses as it comes (agents/cascade/clause_stream.py, which
+the duplex cascade backend reads replies through too); each clause is synthesised and
+queued for playback while the model writes the next, so the caller hears the first
+clause long before the reply is written. A reply may start from a draft
 written while the turn engine waited out the caller's pause (agents/cascade/draft.py).
 The writer measures each reply's latency parts; what a reply means for the call (a
 farewell, a transfer, a tool call) is the agent's to decide.
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agents.cascade.clauses import ClauseSplitter
+from agents.cascade.clause_stream import ClauseStream
 from agents.cascade.draft import DraftBoard, ReplyDraft
 from agents.cascade.llm import Message, ToolCall
 from agents.cascade.tts import TextToSpeech
@@ -127,68 +128,47 @@ class ReplyWriter:
         With tools offered, the model may call one instead of (or after) speaking: the
         call is returned, never spoken, and what follows it is not spoken either."""
         started = time.perf_counter()
-        clauses: asyncio.Queue[str | None] = asyncio.Queue()
         draft = self._take_draft(messages)
         self._drafts.reply_started()
+        items = draft.items() if draft is not None else self._items(messages)
 
-        finished = asyncio.Event()  # the model's reply ended normally
-        called: list[ToolCall] = []
-
-        def deltas() -> AsyncIterator[str | ToolCall]:
-            return draft.items() if draft is not None else self._items(messages)
-
-        async def write() -> None:
-            splitter = ClauseSplitter()
+        async def timed() -> AsyncIterator[str | ToolCall]:
             first = True
-            try:
-                async for delta in deltas():
-                    if isinstance(delta, ToolCall):
-                        called.append(delta)
-                        break  # the call ends the reply: nothing after it is spoken
+            async for item in items:
+                if first and not isinstance(item, ToolCall):
+                    first = False
+                    elapsed = time.perf_counter() - started
+                    self._metrics.llm_first_token_seconds.observe(elapsed)
+                    self._emit(LlmFirstToken(ms=elapsed * 1000, drafted=draft is not None))
+                    if timing is not None:
+                        timing.llm_first_token_ms = elapsed * 1000
+                yield item
+
+        try:
+            async with ClauseStream(timed(), name="reply-llm") as stream:
+                first = True
+                while (clause := await stream.next_clause()) is not None:
+                    # While the caller holds the bot, the next clause's synthesis waits:
+                    # the cores are the held words' transcription's, which decides how
+                    # long the caller hears nothing (a stopped bot) or a lowered one. A
+                    # lowered bot plays what it has meanwhile.
+                    await self._playback.until_unheld()
+                    pcm = await self.synthesize(clause)
                     if first:
                         first = False
                         elapsed = time.perf_counter() - started
-                        self._metrics.llm_first_token_seconds.observe(elapsed)
-                        self._emit(LlmFirstToken(ms=elapsed * 1000, drafted=draft is not None))
+                        self._metrics.tts_first_audio_seconds.observe(elapsed)
+                        self._emit(FirstAudio(ms=elapsed * 1000, text=clause))
                         if timing is not None:
-                            timing.llm_first_token_ms = elapsed * 1000
-                    for clause in splitter.feed(delta):
-                        clauses.put_nowait(clause)
-                for clause in splitter.flush():
-                    clauses.put_nowait(clause)
-                finished.set()
-            finally:
-                clauses.put_nowait(None)
-
-        async def speak() -> None:
-            first = True
-            while (clause := await clauses.get()) is not None:
-                # While the caller holds the bot, the next clause's synthesis waits: the
-                # cores are the held words' transcription's, which decides how long the
-                # caller hears nothing (a stopped bot) or a lowered one. A lowered bot
-                # plays what it has meanwhile.
-                await self._playback.until_unheld()
-                pcm = await self.synthesize(clause)
-                if first:
-                    first = False
-                    elapsed = time.perf_counter() - started
-                    self._metrics.tts_first_audio_seconds.observe(elapsed)
-                    self._emit(FirstAudio(ms=elapsed * 1000, text=clause))
-                    if timing is not None:
-                        timing.tts_first_audio_ms = elapsed * 1000
-                await self.play(turn, pcm, clause, timing)
-            if first and finished.is_set() and not called:
-                # Nothing speakable came back (empty, or only markup): the caller must not
-                # be left in silence after their turn. Treated as a failed reply.
-                raise LanguageModelError("the model's reply had nothing to say")
-
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(write())
-                group.create_task(speak())
+                            timing.tts_first_audio_ms = elapsed * 1000
+                    await self.play(turn, pcm, clause, timing)
+                if first and stream.completed and stream.tool_call is None:
+                    # Nothing speakable came back (empty, or only markup): the caller must
+                    # not be left in silence after their turn. Treated as a failed reply.
+                    raise LanguageModelError("the model's reply had nothing to say")
+                return stream.tool_call
         finally:
             self.stop_following()  # a reply cut short leaves its draft writing for nobody
-        return called[0] if called else None
 
     # --- drafts: replies written while the engine waits out a pause ---------------------
 

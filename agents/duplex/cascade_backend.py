@@ -19,7 +19,6 @@ import asyncio
 import logging
 import os
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import numpy as np
 
 from agents.cascade.agent import CascadeModels
-from agents.cascade.clauses import ClauseSplitter
+from agents.cascade.clause_stream import ClauseStream
 from agents.cascade.llm import ChatModel, Message
 from agents.cascade.stt import SpeechToText
 from agents.cascade.tts import TextToSpeech
@@ -120,60 +119,6 @@ def _process_rss_mb() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-class ReplyStream:
-    """An LLM reply being written in the background, taken out one clause at a time."""
-
-    def __init__(self, llm: ChatModel, messages: Sequence[Message]) -> None:
-        self._ready: deque[str] = deque()
-        self._written = False
-        self._error: BaseException | None = None
-        self._changed = asyncio.Event()
-        self._task = asyncio.create_task(self._write(llm, list(messages)), name="duplex-llm")
-
-    async def _write(self, llm: ChatModel, messages: list[Message]) -> None:
-        splitter = ClauseSplitter()
-        try:
-            async for delta in llm.stream(messages):
-                self._add(splitter.feed(delta))
-            self._add(splitter.flush())
-        except Exception as exc:
-            self._error = exc  # raised to whoever takes the next clause
-        finally:
-            self._written = True
-            self._changed.set()
-
-    def _add(self, clauses: list[str]) -> None:
-        if clauses:
-            self._ready.extend(clauses)
-            self._changed.set()
-
-    @property
-    def over(self) -> bool:
-        """Every clause has been taken and the LLM is done."""
-        return self._written and not self._ready
-
-    async def next_clause(self, within_s: float | None = None) -> str | None:
-        """The next clause, waiting for the LLM up to `within_s`; None once the reply is over.
-
-        Raises TimeoutError when the LLM has not written the next clause in time.
-        """
-        if not self._ready and not self._written:
-            if within_s is not None and within_s <= 0:
-                raise TimeoutError
-            async with asyncio.timeout(within_s):
-                while not self._ready and not self._written:
-                    self._changed.clear()
-                    await self._changed.wait()
-        if self._ready:
-            return self._ready.popleft()
-        if self._error is not None:
-            raise self._error
-        return None
-
-    def cancel(self) -> None:
-        self._task.cancel()
-
-
 class CascadeDuplexBackend:
     """The cascade behind the duplex unit loop. Takes loaded components (fakes in tests).
 
@@ -186,7 +131,7 @@ class CascadeDuplexBackend:
     name = "cascade"
     keypad_input = True
     # Per-session state, set by _reset.
-    _reply: ReplyStream | None
+    _reply: ClauseStream | None
     _playing_samples: int
     _keys: str
     _keys_quiet: int
@@ -391,7 +336,7 @@ class CascadeDuplexBackend:
         self._speech_run_start = 0  # for the "mhm" backchannel the bot may say itself
         self._unit_samples = max(1, request.unit_ms) * CALLER_RATE // 1000
         self._unit_due = 0.0  # perf_counter time by which this unit's result should be out
-        self._reply: ReplyStream | None = None  # the reply being written and handed out
+        self._reply: ClauseStream | None = None  # the reply being written and handed out
         self._sent: list[tuple[str, int]] = []  # reply text handed out, with its samples
         self._playing_samples = 0  # bot audio handed out and not yet played (caller clock)
         self._keys = ""  # keypad digits not yet answered
@@ -496,7 +441,7 @@ class CascadeDuplexBackend:
             return await self._say(self.config.apology, timings)
         self._turns.append({"role": "user", "content": caller_text})
         self.engine.reply_started()
-        self._reply = ReplyStream(self.llm, self.messages)
+        self._reply = ClauseStream(self.llm.stream(self.messages), name="duplex-llm")
         self._sent = []
         outcome = await self._next_piece(timings)
         outcome.caller_text = caller_text

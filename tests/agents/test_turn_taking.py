@@ -903,6 +903,25 @@ async def test_a_failing_llm_gets_the_apology_spoken() -> None:
         assert session.caller_turns() == [CALLER_SAYS]
 
 
+async def test_an_llm_failing_mid_reply_still_has_what_it_wrote_said_without_an_apology() -> None:
+    written = "Our opening hours are nine to five on weekdays."
+
+    async def stream(messages: Sequence[Message]) -> AsyncIterator[str]:
+        yield written + " "
+        yield "And on"
+        raise LanguageModelError("the model server went away")
+
+    async with call(llm=ChatModelFake(stream)) as session:
+        await session.talk(600)
+        await session.pause(300)
+        await session.bot_said(written)
+        await session.until(
+            lambda: session.count("offhook_errors_total", stage="llm") == 1, "the failure"
+        )
+        assert [t.text for t in session.bot_turns()][-1] == written, "no apology after it"
+        assert session.audio_sent() == at_8_khz(words_as_tones(written))
+
+
 async def test_a_model_failure_while_drafting_is_the_replys_and_gets_the_apology() -> None:
     async def stream(messages: Sequence[Message]) -> AsyncIterator[str]:
         raise LanguageModelError("the model server went away")
