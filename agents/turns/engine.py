@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from agents.turns.config import TurnTaking
 from agents.turns.judge import Said, TextRulesJudge, TurnJudge, TurnSoFar
-from agents.turns.overlap import Overlap, RecentFrames
+from agents.turns.overlap import Overlap, RecentFrames, lets_the_bot_go_on
 from agents.turns.protocol import (
     Answer,
     Clear,
@@ -45,7 +45,6 @@ from agents.turns.text import (
     looks_unfinished,
     opens_an_interruption,
     sentences,
-    takes_the_turn,
 )
 from callevents import (
     Backchannel,
@@ -454,13 +453,7 @@ class TurnEngine:
         overlap = self._overlap
         assert overlap is not None
         speech_ms = _ms((overlap.stopped or self.position) - overlap.start)
-        # Nothing made out of it, a backchannel's words, or a hum Whisper made words of:
-        # the bot goes on. Short words that take the turn (a refusal, a correction) stop
-        # it; someone who means to interrupt keeps talking, and that stops it by length.
-        if result.hearing is not Hearing.HEARD or (
-            not takes_the_turn(result.text, speech_ms=speech_ms)
-            and speech_ms <= self.cfg.backchannel_max_ms
-        ):
+        if lets_the_bot_go_on(result, speech_ms, self.cfg):
             self._result = None
             self._emit(Backchannel(speech_ms=speech_ms, text=result.text))
             words = result.hearing is Hearing.HEARD and not is_backchannel(result.text)

@@ -8,9 +8,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from agents.turns.config import TurnTaking
-from agents.turns.protocol import Frame
+from agents.turns.protocol import Evaluation, Frame, Hearing
+from agents.turns.text import takes_the_turn
 
-__all__ = ["Overlap", "RecentFrames"]
+__all__ = ["Overlap", "RecentFrames", "lets_the_bot_go_on"]
 
 RATE = 16000
 
@@ -87,3 +88,18 @@ class RecentFrames:
 
 def _samples(ms: int | float) -> int:
     return int(ms * RATE / 1000)
+
+
+def lets_the_bot_go_on(result: Evaluation, speech_ms: int, cfg: TurnTaking) -> bool:
+    """Whether speech over the bot that held it lets it go on, judged on its words.
+
+    Nothing made out of it, a backchannel's words, or a hum Whisper made words of: the bot
+    goes on. Short words that take the turn (a refusal, a correction) stop it; someone who
+    means to interrupt keeps talking, and that stops it by length.
+    (`python -m benchmarks held-words` measures this on fresh voices and sentences.)
+    """
+    if result.hearing is not Hearing.HEARD:
+        return True
+    return not takes_the_turn(result.text, speech_ms=speech_ms) and (
+        speech_ms <= cfg.backchannel_max_ms
+    )
