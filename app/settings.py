@@ -1,7 +1,8 @@
 """The one settings object, read from environment variables.
 
-Every variable is documented in docs/configuration.md, generated from this file;
-`Settings.describe()` prints them with their current values (secrets masked) for `offhook settings`.
+Every variable is documented in docs/configuration.md, generated from this file
+(app/configuration_page.py); `Settings.describe()` prints them with their current values
+(secrets masked) for `offhook settings`.
 """
 
 from __future__ import annotations
@@ -582,27 +583,6 @@ class Settings:
                 value = shown_url(str(value))
             rows.append((env, str(value), f.metadata["doc"]))
         return rows
-
-
-def configuration_markdown() -> str:
-    """docs/configuration.md: every setting with its default and meaning, made from the
-    settings object itself (`offhook settings --markdown`), so it cannot drift."""
-    lines = [
-        "# Configuration",
-        "",
-        "Every setting is an environment variable, read once at start-up by `offhook serve`,",
-        "`offhook worker` and the CLI. `offhook settings` lists them with their current",
-        "values (secrets masked). This page is generated from the settings object",
-        "(`app/settings.py`) by `offhook settings --markdown > docs/configuration.md`; a test",
-        "fails when it is out of date.",
-        "",
-        "| variable | default | meaning |",
-        "|---|---|---|",
-    ]
-    for env, default, meaning in Settings.describe():
-        shown = f"`{default}`" if default != "" else "(empty)"
-        lines.append(f"| `{env}` | {shown} | {meaning.replace('|', '/')} |")
-    return "\n".join(lines) + "\n"
 
 
 def _coerce(env: str, raw: str, kind: type) -> Any:

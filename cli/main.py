@@ -150,7 +150,7 @@ def models(args: argparse.Namespace) -> int:
 
 def show_settings(args: argparse.Namespace) -> int:
     if args.markdown:
-        from app.settings import configuration_markdown
+        from app.configuration_page import configuration_markdown
 
         sys.stdout.write(configuration_markdown())
         return 0

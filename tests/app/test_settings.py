@@ -308,7 +308,7 @@ def test_a_short_call_token_secret_is_a_settings_error() -> None:
 
 
 def test_the_configuration_page_is_the_settings_object_as_it_is() -> None:
-    from app.settings import configuration_markdown
+    from app.configuration_page import configuration_markdown
 
     page = Path(__file__).parents[2] / "docs" / "configuration.md"
     assert page.read_text(encoding="utf-8") == configuration_markdown(), (
