@@ -280,7 +280,6 @@ class CascadeAgent:
         self.evaluator.audio.add(out.start_sample, out.audio)
         self.evaluator.audio.speech(out.events)
         engine = self.engine
-        over_bot = engine.state in (TurnState.BOT, TurnState.OVERLAP, TurnState.HELD)
         frame = Frame(
             end=out.start_sample + len(out.audio),
             samples=len(out.audio),
@@ -289,7 +288,7 @@ class CascadeAgent:
             noise_floor_db=out.noise_floor_db,
             echo_settled=out.echo_settled,
             bot_audible=self.playback.audible(),
-            bot_level_db=self.playback.reference_level_db() if over_bot else -120.0,
+            bot_level_db=self.playback.reference_level_db() if engine.over_bot else -120.0,
         )
         await self._apply(engine.frame(frame))
         if engine.state is TurnState.CALLER:

@@ -86,14 +86,20 @@ RATE = 16000
 # Exactly the moves calls make (each is taken in tests/agents/test_turn_transitions.py).
 _ALLOWED: dict[TurnState, frozenset[TurnState]] = {
     TurnState.LISTENING: frozenset({TurnState.CALLER, TurnState.REPLYING}),
-    TurnState.CALLER: frozenset({TurnState.LISTENING, TurnState.REPLYING}),
+    TurnState.CALLER: frozenset({TurnState.LISTENING, TurnState.ANSWERING, TurnState.REPLYING}),
+    TurnState.ANSWERING: frozenset({TurnState.CALLER, TurnState.BOT, TurnState.LISTENING}),
     TurnState.REPLYING: frozenset({TurnState.CALLER, TurnState.BOT, TurnState.LISTENING}),
     TurnState.BOT: frozenset({TurnState.LISTENING, TurnState.OVERLAP}),
     TurnState.OVERLAP: frozenset(
         {TurnState.BOT, TurnState.HELD, TurnState.CALLER, TurnState.LISTENING}
     ),
-    TurnState.HELD: frozenset({TurnState.BOT, TurnState.CALLER}),
+    TurnState.HELD: frozenset({TurnState.RESUMING, TurnState.BOT, TurnState.CALLER}),
+    TurnState.RESUMING: frozenset({TurnState.HELD, TurnState.BOT, TurnState.CALLER}),
 }
+# The bot's audio is stopped while the caller's words over it are judged.
+_HELD = (TurnState.HELD, TurnState.RESUMING)
+# A reply is made and not heard yet.
+_UNHEARD_REPLY = (TurnState.ANSWERING, TurnState.REPLYING)
 
 
 @dataclass(slots=True)
@@ -129,10 +135,8 @@ class TurnEngine:
         self._overlap: Overlap | None = None
         self._recent = RecentFrames()
         self._bot_busy = False  # a reply is being made or played (driver's fact)
-        self._committed = False  # REPLYING answers a caller turn (vs a greeting...)
-        # HELD and judged a backchannel at this stop; the bot resumes after a quiet moment
-        # of this many ms.
-        self._resume_after: int | None = None
+        # RESUMING: the stop of the words judged, and the quiet after it that resumes.
+        self._resume_after = 0
         self._resume_wait_ms = config.resume_min_silence_ms
         self._answered: Said | None = None  # the caller turn the bot is answering
         # Samples of the answering reply audible so far (as the playout clock has it:
@@ -162,8 +166,7 @@ class TurnEngine:
 
     def reply_audible(self) -> None:
         """The reply's first audio went out: from now on it is the bot's turn."""
-        self._committed = False
-        if self.state is TurnState.REPLYING:
+        if self.state in _UNHEARD_REPLY:
             self._to(TurnState.BOT)
 
     def reply_done(self) -> None:
@@ -202,18 +205,17 @@ class TurnEngine:
                 self._on_stop(event.sample, out)
         if self.speaking:
             self._speech_in_turn += frame.samples
-        if self._resume_after is not None and self.state is TurnState.HELD:
+        if self.state is TurnState.RESUMING:
             self._resume_after_pause(self._resume_after, out)
-        if self.state in (TurnState.OVERLAP, TurnState.HELD):
+        if self.state is TurnState.OVERLAP or self.state in _HELD:
             self._overlap_frame(frame, out)
         elif (
-            self.state in (TurnState.BOT, TurnState.REPLYING)
+            (self.state is TurnState.BOT or self.state in _UNHEARD_REPLY)
             and self.state is state_before
             and not frame.bot_audible
             and not self._bot_busy
         ):
             # The reply played out, or failed with nothing said.
-            self._committed = False
             self._answered = None
             self._to(TurnState.LISTENING)
             if self._end_words is not None:
@@ -238,18 +240,18 @@ class TurnEngine:
                 self._to(TurnState.CALLER)
             case TurnState.CALLER:
                 pass  # a pause inside the turn ended
-            case TurnState.REPLYING:
+            case TurnState.ANSWERING | TurnState.REPLYING:
                 # They went on before the reply was heard: the reply is void and their
                 # answered turn reopens with all its audio (any other reply is simply
                 # dropped, and this is a new turn).
-                if not self._committed:
+                reopens = self.state is TurnState.ANSWERING
+                if not reopens:
                     self._begin_utterance(sample)
                 elif self._answered is not None and self._soon_after_answer(sample):
                     # (not a caller prompting a slow reply, 1.8 s on)
                     self._learn_pause(sample - self._answered.end)
                 self._answered = None
-                out.append(Reopen(start=self._utterance_start, restore=self._committed))
-                self._committed = False
+                out.append(Reopen(start=self._utterance_start, restore=reopens))
                 self._to(TurnState.CALLER)
             case TurnState.BOT:
                 self._overlap = Overlap(start=sample)
@@ -257,7 +259,7 @@ class TurnEngine:
                 self._continues = self._continuation(sample, frame)
                 self._begin_utterance(sample)
                 self._to(TurnState.OVERLAP)
-            case TurnState.OVERLAP | TurnState.HELD:
+            case TurnState.OVERLAP | TurnState.HELD | TurnState.RESUMING:
                 assert self._overlap is not None
                 self._overlap.stopped = None  # one overlap, in pieces
                 self._overlap.restarted = sample
@@ -281,7 +283,7 @@ class TurnEngine:
                 else:
                     self._emit(EchoIgnored(speech_ms=speech_ms))
                 self._end_overlap(TurnState.BOT)
-            case TurnState.HELD:
+            case TurnState.HELD | TurnState.RESUMING:
                 assert self._overlap is not None
                 self._overlap.stopped = sample
                 # Short: a backchannel, or a short interruption (a word or two). Its
@@ -310,9 +312,9 @@ class TurnEngine:
                 self._to(TurnState.HELD)
                 out.append(Hold())
                 return
-        if self.state is TurnState.HELD:
+        if self.state in _HELD:
             overlap.count(frame, self.speaking, self.cfg)  # when they were last loud
-        if self.state is TurnState.HELD and self.speaking:
+        if self.state in _HELD and self.speaking:
             factor = 1 if frame.echo_settled else 2
             if speech >= _samples(self.cfg.barge_in_min_speech_ms) * factor:
                 self._interrupt("barge_in", out)
@@ -322,7 +324,6 @@ class TurnEngine:
         out.append(Clear(reason=reason))
         onset = None if self._overlap is None else self._overlap.start
         self._overlap = None
-        self._resume_after = None
         self._bot_busy = False
         # Someone who cuts in mostly goes on after their first words, which need not be
         # words we know: under babble Whisper made another short phrase of an opening
@@ -397,7 +398,6 @@ class TurnEngine:
     def _end_overlap(self, state: TurnState) -> None:
         self._overlap = None
         self._continues = None
-        self._resume_after = None
         self._drop_utterance()
         self._to(state)
 
@@ -429,7 +429,7 @@ class TurnEngine:
         self._evaluating = None
         self._result = result
         out: list[Decision] = []
-        if self.state is TurnState.HELD:
+        if self.state in _HELD:
             self._judge_held(result, out)
         if self.state is TurnState.CALLER:
             self._judge_carried(result)
@@ -443,7 +443,7 @@ class TurnEngine:
             return []
         self._evaluating = None
         self._drop_utterance()
-        if self.state is TurnState.HELD:
+        if self.state in _HELD:
             return self._resume("evaluation_failed")
         if self.state is TurnState.CALLER:
             self._to(TurnState.LISTENING)
@@ -462,6 +462,8 @@ class TurnEngine:
                 self._end_words = _EndWords(result, start=self._utterance_start)
             self._resume_wait_ms = cfg.resume_after_words_ms if words else cfg.resume_min_silence_ms
             self._resume_after = overlap.stopped or self.position
+            if self.state is TurnState.HELD:
+                self._to(TurnState.RESUMING)
             self._resume_after_pause(self._resume_after, out)
             return
         # Words that are not a backchannel: the caller is taking the turn.
@@ -480,7 +482,7 @@ class TurnEngine:
         last_loud = overlap.last_loud or stopped
         if overlap.restarted is not None and overlap.restarted > stopped:
             if last_loud > overlap.restarted:
-                self._resume_after = None  # they went on after the pause
+                self._to(TurnState.HELD)  # they went on after the pause
                 return
         if self.position - max(stopped, last_loud) >= _samples(self._resume_wait_ms):
             out.extend(self._resume("backchannel"))
@@ -552,8 +554,7 @@ class TurnEngine:
                 text=text, start=start, end=end, silence_ms=silence_ms, farewell=is_farewell(text)
             )
         )
-        self._committed = reopens
-        self._to(TurnState.REPLYING)
+        self._to(TurnState.ANSWERING if reopens else TurnState.REPLYING)
 
     def _answer_end_words(self, out: list[Decision]) -> None:
         """The reply played out soon after the words the bot was resumed over: they were
@@ -667,7 +668,12 @@ class TurnEngine:
 
     @property
     def holding(self) -> bool:
-        return self.state is TurnState.HELD
+        return self.state in _HELD
+
+    @property
+    def over_bot(self) -> bool:
+        """The bot has the floor: talking, or held under the caller's words."""
+        return self.state in (TurnState.BOT, TurnState.OVERLAP, *_HELD)
 
     def _to(self, state: TurnState) -> None:
         if state not in _ALLOWED[self.state]:

@@ -32,10 +32,17 @@ __all__ = [
 class TurnState(Enum):
     LISTENING = "listening"  # nobody talking, nothing owed
     CALLER = "caller"  # the caller has the floor (speaking or pausing)
-    REPLYING = "replying"  # the caller's turn is committed; the reply is not heard yet
+    # The caller's turn is answered and the answer not heard yet: if they go on, the
+    # answer is void and their turn reopens with all its audio.
+    ANSWERING = "answering"
+    # A reply that answers no turn of theirs still open (a greeting, asking again, words
+    # said over the bot's end) is made and not heard yet: speech now is a new turn.
+    REPLYING = "replying"
     BOT = "bot"  # the bot is talking (or about to, from the caller's side)
     OVERLAP = "overlap"  # the caller started speaking over the bot
     HELD = "held"  # ...loud enough that the bot's audio is stopped while we decide
+    # ...and its words let the bot go on: it resumes once the caller is quiet a moment.
+    RESUMING = "resuming"
 
 
 class Hearing(Enum):

@@ -9,18 +9,27 @@ from dataclasses import dataclass
 import pytest
 
 from agents.turns.config import TurnTaking
-from agents.turns.engine import _ALLOWED, Frame, Hearing, IllegalTransition, TurnEngine
+from agents.turns.engine import (
+    _ALLOWED,
+    Evaluate,
+    Frame,
+    Hearing,
+    IllegalTransition,
+    TurnEngine,
+)
 from agents.turns.protocol import TurnState
-from media.vad import SpeechStarted
+from media.vad import SpeechStarted, SpeechStopped
 from tests.agents.turn_script import Bot, Hears, Quiet, Say, run
 
-LISTENING, CALLER, REPLYING, BOT, OVERLAP, HELD = (
+LISTENING, CALLER, ANSWERING, REPLYING, BOT, OVERLAP, HELD, RESUMING = (
     TurnState.LISTENING,
     TurnState.CALLER,
+    TurnState.ANSWERING,
     TurnState.REPLYING,
     TurnState.BOT,
     TurnState.OVERLAP,
     TurnState.HELD,
+    TurnState.RESUMING,
 )
 Move = tuple[TurnState, TurnState]
 
@@ -47,8 +56,32 @@ class Path:
 
 
 QUESTION = [Hears(99_000, "What time do you open tomorrow?", probability=0.9)]
+UNCLEAR = [Hears(99_000, "", hearing=Hearing.UNCLEAR)]
 # Caller speech over the bot starts 1 s into a 4 s reply to the first question.
 ASKED_THEN_OVER = [Say(1500), Quiet(1600), Say(400), Quiet(3000)]
+# ...and it is a hum: the held bot is let go on.
+HUM = [Hears(3200, "What time do you open tomorrow?", 0.9), Hears(99_000, "Mhm.", 0.5)]
+
+
+def _held_words_unjudged() -> None:
+    """Words that held the bot could not be transcribed (the evaluation failed): the
+    bot goes on."""
+    engine = TurnEngine(TurnTaking())
+    engine.reply_started()
+    engine.reply_audible()
+    settled = dict(samples=320, noise_floor_db=-60.0, echo_settled=True, bot_audible=True,
+                   bot_level_db=-18.0)  # fmt: skip
+    for i in range(1, 6):
+        engine.frame(Frame(end=i * 320, events=[], level_db=-60.0, **settled))
+    engine.frame(Frame(end=6 * 320, events=[SpeechStarted(5 * 320)], level_db=-20.0, **settled))
+    for i in range(7, 12):
+        engine.frame(Frame(end=i * 320, events=[], level_db=-20.0, **settled))
+    assert engine.state is HELD
+    asked = engine.frame(
+        Frame(end=12 * 320, events=[SpeechStopped(11 * 320)], level_db=-60.0, **settled)
+    )
+    assert asked and isinstance(asked[0], Evaluate)
+    engine.failed(asked[0].end)
 
 
 def _reset_during_overlap() -> None:
@@ -69,7 +102,14 @@ def _reset_during_overlap() -> None:
 
 PATHS = [
     Path((LISTENING, CALLER), "the caller starts speaking", lambda: run([Say(600)], QUESTION)),
-    Path((CALLER, REPLYING), "a finished question is answered", lambda: run([Say(1500)], QUESTION)),
+    Path(
+        (CALLER, ANSWERING), "a finished question is answered", lambda: run([Say(1500)], QUESTION)
+    ),
+    Path(
+        (CALLER, REPLYING),
+        "speech with no clear words is asked about again",
+        lambda: run([Say(1500)], UNCLEAR),
+    ),
     Path(
         (LISTENING, REPLYING),
         "the bot greets the caller",
@@ -81,17 +121,34 @@ PATHS = [
         lambda: run([Say(300)], [Hears(99_000, "", hearing=Hearing.NOTHING)]),
     ),
     Path(
-        (REPLYING, BOT), "the answer's audio reaches the caller", lambda: run([Say(1500)], QUESTION)
+        (ANSWERING, BOT),
+        "the answer's audio reaches the caller",
+        lambda: run([Say(1500)], QUESTION),
     ),
     Path(
-        (REPLYING, CALLER),
+        (ANSWERING, CALLER),
         "the caller goes on before the answer is heard",
         lambda: run([Say(1500), Quiet(500), Say(800)], QUESTION, bot=Bot(latency_ms=1500)),
     ),
     Path(
-        (REPLYING, LISTENING),
+        (ANSWERING, LISTENING),
         "the answer fails with nothing said",
         lambda: run([Say(1500)], QUESTION, bot=Bot(reply_ms=0)),
+    ),
+    Path(
+        (REPLYING, BOT),
+        "the greeting reaches the caller",
+        lambda: run([Quiet(500)], QUESTION, bot=Bot(greeting_ms=2000)),
+    ),
+    Path(
+        (REPLYING, CALLER),
+        "the caller speaks again before being asked again",
+        lambda: run([Say(1500), Quiet(1200), Say(800)], UNCLEAR, bot=Bot(latency_ms=1500)),
+    ),
+    Path(
+        (REPLYING, LISTENING),
+        "asking again fails with nothing said",
+        lambda: run([Say(1500)], UNCLEAR, bot=Bot(reply_ms=0)),
     ),
     Path(
         (BOT, LISTENING),
@@ -120,14 +177,27 @@ PATHS = [
         ),
     ),
     Path((OVERLAP, LISTENING), "keys pressed while speaking over the bot", _reset_during_overlap),
+    Path((HELD, RESUMING), "a hum over the bot lets it go on", lambda: run(ASKED_THEN_OVER, HUM)),
     Path(
-        (HELD, BOT),
-        "a hum over the bot lets it go on",
+        (RESUMING, BOT),
+        "the caller stays quiet after the hum: the bot goes on",
+        lambda: run(ASKED_THEN_OVER, HUM),
+    ),
+    Path(
+        (RESUMING, HELD),
+        "the caller goes on after the hum's pause, loud: the bot stays held",
+        lambda: run([Say(1500), Quiet(1600), Say(400), Quiet(300), Say(300), Quiet(3000)], HUM),
+    ),
+    Path(
+        (RESUMING, CALLER),
+        "the caller talks on quietly before the bot resumes: the length interrupts",
         lambda: run(
-            ASKED_THEN_OVER,
-            [Hears(3200, "What time do you open tomorrow?", 0.9), Hears(99_000, "Mhm.", 0.5)],
+            [Say(1500), Quiet(1600), Say(400), Quiet(300), Say(1200, level_db=-55.0)],
+            HUM,
+            config=TurnTaking(resume_min_silence_ms=1000),
         ),
     ),
+    Path((HELD, BOT), "the held words could not be transcribed", _held_words_unjudged),
     Path(
         (HELD, CALLER),
         "a caller who keeps talking over the bot takes the turn",
