@@ -16,10 +16,10 @@ interruption: the rest is dropped and the caller has the turn.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from agents.turns.config import TurnTaking
+from agents.turns.continuation import Continuation, said_of
 from agents.turns.judge import Said, TextRulesJudge, TurnJudge, TurnSoFar
 from agents.turns.overlap import Overlap, RecentFrames, lets_the_bot_go_on
 from agents.turns.protocol import (
@@ -39,12 +39,9 @@ from agents.turns.protocol import (
     TurnState,
 )
 from agents.turns.text import (
-    announces_more,
     is_backchannel,
     is_farewell,
     looks_unfinished,
-    opens_an_interruption,
-    sentences,
 )
 from callevents import (
     Backchannel,
@@ -54,7 +51,6 @@ from callevents import (
     EventSink,
     NotHeld,
     NotSpeech,
-    PatienceRaised,
     SpeechStart,
     SpeechStop,
     TurnCapped,
@@ -138,18 +134,7 @@ class TurnEngine:
         # RESUMING: the stop of the words judged, and the quiet after it that resumes.
         self._resume_after = 0
         self._resume_wait_ms = config.resume_min_silence_ms
-        self._answered: Said | None = None  # the caller turn the bot is answering
-        # Samples of the answering reply audible so far (as the playout clock has it:
-        # from when Twilio has it to play), stopping holds excluded (a lowered bot is
-        # heard; only the count at an overlap's onset is read).
-        self._heard = 0
-        self._resumed_at: int | None = None  # the caller's first speech over that reply
-        self._continues: Said | None = None  # the answered turn an overlap may go on
-        # The pause a turn carried on from the answered one showed: learnt once its
-        # words say it goes on (and open no interruption).
-        self._carried_pause: int | None = None
-        self._carried: Said | None = None  # the answered turn this turn goes on from
-        self._patience_ms = 0  # the caller's longest pause the bot answered into, and more
+        self._answered = Continuation(config, self._emit)
         self._end_words: _EndWords | None = None
         self._last_reply = False  # the reply ends or hands over the call
 
@@ -176,7 +161,7 @@ class TurnEngine:
     def caller_reset(self) -> None:
         """The caller's input was answered some other way (keypad): forget the utterance."""
         self._drop_utterance()
-        self._answered = None
+        self._answered.forget()
         self._end_words = None
         if self.state in (TurnState.CALLER, TurnState.OVERLAP):
             self._to(TurnState.LISTENING)
@@ -190,8 +175,8 @@ class TurnEngine:
         # `frame.bot_audible` was measured before this frame's decisions: a bot resumed
         # in this frame is not audible in it yet, and is not played out by that.
         state_before = self.state
-        if frame.bot_audible and self._answered is not None:
-            self._heard += frame.samples
+        if frame.bot_audible:
+            self._answered.bot_heard(frame.samples)
         if (words := self._end_words) is not None:
             if frame.bot_audible:
                 words.heard += frame.samples
@@ -216,7 +201,7 @@ class TurnEngine:
             and not self._bot_busy
         ):
             # The reply played out, or failed with nothing said.
-            self._answered = None
+            self._answered.forget()
             self._to(TurnState.LISTENING)
             if self._end_words is not None:
                 self._answer_end_words(out)
@@ -245,18 +230,17 @@ class TurnEngine:
                 # answered turn reopens with all its audio (any other reply is simply
                 # dropped, and this is a new turn).
                 reopens = self.state is TurnState.ANSWERING
-                if not reopens:
+                if reopens:
+                    self._answered.reopened(sample)
+                else:
                     self._begin_utterance(sample)
-                elif self._answered is not None and self._soon_after_answer(sample):
-                    # (not a caller prompting a slow reply, 1.8 s on)
-                    self._learn_pause(sample - self._answered.end)
-                self._answered = None
+                    self._answered.forget()
                 out.append(Reopen(start=self._utterance_start, restore=reopens))
                 self._to(TurnState.CALLER)
             case TurnState.BOT:
                 self._overlap = Overlap(start=sample)
                 self._overlap.count_from_onset(self._recent, self.cfg)
-                self._continues = self._continuation(sample, frame)
+                self._answered.speech_over_bot(sample, (*self._recent, frame))
                 self._begin_utterance(sample)
                 self._to(TurnState.OVERLAP)
             case TurnState.OVERLAP | TurnState.HELD | TurnState.RESUMING:
@@ -303,7 +287,7 @@ class TurnEngine:
                 # the bot's own echo runs past its end, and is not).
                 if overlap.loud * 3 >= overlap.over_bot and self.speaking:
                     self._overlap = None
-                    self._carry_on(overlap.start)
+                    self._answered.took_floor(overlap.start)
                     self._to(TurnState.CALLER)
                 return
             overlap.count(frame, self.speaking, self.cfg)
@@ -330,74 +314,15 @@ class TurnEngine:
         # like that, and the bot answered it as a short answer into the pause.
         self._cut_in = True
         if onset is not None:
-            self._carry_on(onset)
+            self._answered.took_floor(onset)
         self._to(TurnState.CALLER)
         idle = self._evaluating is None and self._result is None
         if not self.speaking and self._speech_end is not None and idle:
             self._evaluate(self._speech_end, out)
 
-    def _continuation(self, onset: int, frame: Frame) -> Said | None:
-        """The answered turn that speech starting at `onset` over the reply may go on:
-        the caller resumed too soon after their pause to be answering the reply (counted
-        in reply audio they heard, so a hold on "twice," and a resume before "because..."
-        do not use the window up)."""
-        answered = self._answered
-        if answered is None:
-            return None
-        if self._resumed_at is None:
-            self._resumed_at = onset
-        if self._resumed_at - answered.end > _samples(self.cfg.continuation_max_pause_ms):
-            return None
-        since_onset = sum(
-            f.samples
-            for f in (*self._recent, frame)
-            if f.bot_audible and f.end - f.samples >= onset
-        )
-        heard = self._heard - since_onset
-        return answered if heard <= _samples(self.cfg.continuation_heard_ms) else None
-
-    def _soon_after_answer(self, onset: int) -> bool:
-        answered = self._answered
-        assert answered is not None
-        return onset - answered.at <= _samples(self.cfg.reopen_continuation_ms)
-
-    def _carry_on(self, onset: int) -> None:
-        """The caller took the floor with speech that began at `onset`: if it may go on
-        from the answered turn, carry that turn, and its pause until the words say
-        (`_judge_carried`)."""
-        if self._continues is not None:
-            self._carried = self._continues
-            self._carried_pause = (self._resumed_at or onset) - self._continues.end
-        self._continues = None
-        self._answered = None
-
-    def _judge_carried(self, result: Evaluation) -> None:
-        """A turn that cut into the reply soon after it began goes on from the answered
-        turn unless its first words stop or correct the bot: an early correction is an
-        interruption, a turn of its own, and shows no pause."""
-        pause = self._carried_pause
-        if pause is None or result.hearing is not Hearing.HEARD or not result.text.strip():
-            return
-        self._carried_pause = None
-        if opens_an_interruption(result.text):
-            self._carried = None
-        else:
-            self._learn_pause(pause)
-
-    def _learn_pause(self, pause: int) -> None:
-        """The caller went on after a pause this long: wait that out from now on (a
-        comma's pause, under a statement's usual wait, changes nothing)."""
-        cfg = self.cfg
-        pause_ms = _ms(pause)
-        wait_ms = min(pause_ms + cfg.patience_margin_ms, cfg.patience_max_ms)
-        longer = wait_ms > max(self._patience_ms, cfg.statement_min_silence_ms)
-        if pause_ms <= cfg.continuation_max_pause_ms and longer:
-            self._patience_ms = wait_ms
-            self._emit(PatienceRaised(pause_ms=pause_ms, wait_ms=wait_ms))
-
     def _end_overlap(self, state: TurnState) -> None:
         self._overlap = None
-        self._continues = None
+        self._answered.overlap_ended()
         self._drop_utterance()
         self._to(state)
 
@@ -432,7 +357,7 @@ class TurnEngine:
         if self.state in _HELD:
             self._judge_held(result, out)
         if self.state is TurnState.CALLER:
-            self._judge_carried(result)
+            self._answered.judged(result)
         self._maybe_end_turn(out)
         return out
 
@@ -511,7 +436,7 @@ class TurnEngine:
         self._emit_end_of_turn(result, silence_ms)
         speech_ms = _ms(self._speech_in_turn)
         start, end = self._utterance_start, result.end
-        said = self._said(result.text, end)
+        said = self._answered.said(result.text, self._utterance_start, end)
         self._drop_utterance()
         heard = result.hearing is Hearing.HEARD
         if heard and result.text.strip():
@@ -546,9 +471,7 @@ class TurnEngine:
     ) -> None:
         """Answer the caller's turn. `reopens`: a caller going on before the reply is
         heard continues this turn from `start` (its audio is still kept)."""
-        self._answered = dataclasses.replace(said, at=self.position)
-        self._heard = 0
-        self._resumed_at = None
+        self._answered.answer(said, at=self.position)
         out.append(
             Answer(
                 text=text, start=start, end=end, silence_ms=silence_ms, farewell=is_farewell(text)
@@ -566,12 +489,7 @@ class TurnEngine:
         silence_ms = _ms(self.position - result.end)
         self._emit_end_of_turn(result, silence_ms)
         text = result.text.strip()
-        said = Said(
-            end=result.end,
-            sentences=len(sentences(text)),
-            length_s=(result.end - words.start) / RATE,
-            announced=announces_more(text),
-        )
+        said = said_of(text, words.start, result.end)
         # Said over the bot, whose audio the driver keeps less of: a caller going on before
         # the reply is heard starts a turn of their own, and these words stay answered.
         self._commit(text, words.start, result.end, silence_ms, said, out, reopens=False)
@@ -591,30 +509,12 @@ class TurnEngine:
     def _complete(self, result: Evaluation, silence_ms: int) -> bool:
         turn = TurnSoFar(
             result=result,
-            said=self._said(result.text, result.end),
+            said=self._answered.said(result.text, self._utterance_start, result.end),
             run_s=(result.end - self._speech_start) / RATE,
             cut_in=self._cut_in,
-            patience_ms=self._patience_ms,
+            patience_ms=self._answered.patience_ms,
         )
         return self.judge.ends_turn(turn, silence_ms)
-
-    def _said(self, text: str, end: int) -> Said:
-        """The caller's turn up to `end`, with the answered turn it carries on from."""
-        own = Said(
-            end=end,
-            sentences=len(sentences(text)),
-            length_s=(end - self._utterance_start) / RATE,
-            announced=announces_more(text),
-        )
-        before = self._carried
-        if before is None:
-            return own
-        return Said(
-            end=end,
-            sentences=before.sentences + own.sentences,
-            length_s=before.length_s + own.length_s,
-            announced=before.announced or own.announced,
-        )
 
     def _evaluate(self, end: int, out: list[Decision]) -> None:
         self._evaluating = Evaluate(self._utterance_start, end, speech_ms=_ms(self._speech_in_turn))
@@ -632,8 +532,7 @@ class TurnEngine:
     def _begin_utterance(self, speech_start: int) -> None:
         self._utterance_start = max(0, speech_start - _samples(self.cfg.preroll_ms))
         self._cut_in = False  # the turn took the floor from the bot
-        self._carried = None
-        self._carried_pause = None
+        self._answered.new_turn()
         self._speech_in_turn = 0
         self._next_cap_check = 0
         self._speech_end = None
