@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
@@ -35,6 +34,7 @@ from agents.cascade.turn_evaluator import EndOfTurn, TurnEvaluator
 from agents.cascade.words_judge import WordsJudge
 from agents.conversation import keypad_text
 from agents.duplex.backend import UnitOutcome
+from agents.duplex.process_memory import process_rss_mb
 from agents.duplex.protocol import CALLER_RATE, Prepare
 from agents.errors import BackendError
 from agents.turns.engine import (
@@ -108,15 +108,6 @@ class CascadeDuplexConfig:
 
 def _ms(samples: int) -> float:
     return samples * 1000.0 / CALLER_RATE
-
-
-def _process_rss_mb() -> float:
-    try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            pages = int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 class CascadeDuplexBackend:
@@ -288,7 +279,7 @@ class CascadeDuplexBackend:
         self._reset(Prepare(system_prompt=""))
 
     def memory_mb(self) -> float:
-        return _process_rss_mb()
+        return process_rss_mb()
 
     # --- the controller ---------------------------------------------------------------
 
@@ -585,52 +576,3 @@ def _merge(outcome: UnitOutcome, other: UnitOutcome) -> None:
     outcome.end_of_turn = outcome.end_of_turn or other.end_of_turn
     outcome.caller_text = outcome.caller_text or other.caller_text
     outcome.yielded = outcome.yielded or other.yielded
-
-
-class SettingsCascadeBackend:
-    """A cascade backend that loads its models in `load()`, for the worker's lifespan.
-
-    The worker process is started before any model is loaded, so /health can say
-    LOADING meanwhile; this wrapper defers `CascadeDuplexBackend.from_settings` to then.
-    """
-
-    name = "cascade"
-    keypad_input = True
-
-    def __init__(self, settings: AgentSettings) -> None:
-        self.settings = settings
-        self._inner: CascadeDuplexBackend | None = None
-
-    @property
-    def inner(self) -> CascadeDuplexBackend:
-        if self._inner is None:
-            raise RuntimeError("the cascade backend is used before load() finished")
-        return self._inner
-
-    async def load(self) -> None:
-        self._inner = await CascadeDuplexBackend.from_settings(self.settings)
-
-    async def aclose(self) -> None:
-        if self._inner is not None:
-            await self._inner.aclose()
-
-    async def prepare(self, request: Prepare) -> None:
-        await self.inner.prepare(request)
-
-    async def process_unit(
-        self, audio_16k: np.ndarray, speech: Sequence[float] | None = None
-    ) -> UnitOutcome:
-        return await self.inner.process_unit(audio_16k, speech)
-
-    async def keypad(self, digits: str) -> None:
-        await self.inner.keypad(digits)
-
-    async def finalize_unit(self) -> None:
-        await self.inner.finalize_unit()
-
-    async def cleanup(self) -> None:
-        if self._inner is not None:
-            await self._inner.cleanup()
-
-    def memory_mb(self) -> float:
-        return _process_rss_mb()

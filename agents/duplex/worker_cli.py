@@ -31,7 +31,7 @@ def _backend(
         # Settings come from whoever starts the worker (cli.main: `offhook worker`), as
         # agents never import the app.
         raise SystemExit("the cascade backend needs settings: start it with `offhook worker`")
-    from agents.duplex.cascade_backend import SettingsCascadeBackend
+    from agents.duplex.cascade_worker_backend import SettingsCascadeBackend
 
     return SettingsCascadeBackend(settings)
 

@@ -367,7 +367,7 @@ async def test_keys_pressed_while_the_bot_talks_stop_it() -> None:
 
 def test_every_backend_offers_the_whole_backend_interface() -> None:
     from agents.duplex.backend import DuplexBackend
-    from agents.duplex.cascade_backend import SettingsCascadeBackend
+    from agents.duplex.cascade_worker_backend import SettingsCascadeBackend
     from agents.duplex.minicpmo import MiniCPMOBackend
     from app.settings import Settings
 

@@ -24,7 +24,7 @@ def test_help_exits_cleanly(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_the_cascade_backend_takes_its_settings_from_whoever_starts_the_worker() -> None:
     """agents never import the app: `offhook worker` (cli.main) hands the settings in."""
-    from agents.duplex.cascade_backend import SettingsCascadeBackend
+    from agents.duplex.cascade_worker_backend import SettingsCascadeBackend
     from agents.duplex.worker_cli import _backend, worker_main
     from app.settings import Settings
 
