@@ -96,6 +96,13 @@ class Conversation:
         if not text:
             self.turns.remove(turn)
 
+    def cut(self, turn_id: int, text: str, end_ms: float) -> None:
+        """The bot's turn was stopped at `end_ms` with `text` of it heard."""
+        if (turn := self.bot_turn(turn_id)) is not None:
+            turn.end_ms = end_ms
+            if text != turn.intended:
+                self.heard(turn_id, text)
+
     def transcript(self) -> dict[str, Any]:
         """The call's transcript, as recorded in transcript.json."""
         return {

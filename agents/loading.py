@@ -16,14 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from agents.assets import STT_ASSETS, ModelCache
-from agents.cascade.agent import CascadeModels, EndOfTurn
 from agents.cascade.draft import DraftBoard
 from agents.cascade.hosted_words_judge import HostedJudgeError, HostedWordsJudge
 from agents.cascade.llm import ChatPool, Message, OpenAIChat
 from agents.cascade.llm_health import EmbeddedLlmSupervisor, HostedLlmWatch, LlmHealth
 from agents.cascade.llm_server import EmbeddedLlamaServer, free_local_port
+from agents.cascade.models import CascadeModels
 from agents.cascade.stt import WhisperTranscriber
 from agents.cascade.tts import PiperSpeaker
+from agents.cascade.turn_evaluator import EndOfTurn
 from agents.cascade.words_judge import LlamaWordsJudge
 from agents.config import ModelSettings, shown_url
 from media.turn import EndOfTurnModel

@@ -14,25 +14,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import numpy as np
-
-from agents.cascade.draft import DraftBoard
+from agents.cascade.call_end import EndCall, Then, Transfer, once_heard
 from agents.cascade.llm import ChatModel, ChatPool, Message, ToolCall, ToolChat
-from agents.cascade.llm_health import LlmHealth
+from agents.cascade.models import CascadeModels
 from agents.cascade.reply_writer import ReplyWriter, TurnTiming
-from agents.cascade.stt import SpeechToText
-from agents.cascade.tts import TextToSpeech
-from agents.cascade.turn_evaluator import EndOfTurn, TurnEvaluator
-from agents.cascade.words_judge import WordsJudge
+from agents.cascade.silence_watch import SilenceWatch
+from agents.cascade.turn_evaluator import TurnEvaluator
 from agents.control import CALL_TOOLS, CallControls, CallPolicy, EndReason, TransferReason
 from agents.conversation import Conversation, Turn
 from agents.errors import BackendError
 from agents.inputs import Digits
 from agents.playback import PHONE_RATE, Playback
-from agents.scheduler import ModelScheduler
 from agents.tasks import cancel_and_wait, create_task
 from agents.turns.engine import (
     Answer,
@@ -50,7 +44,7 @@ from agents.turns.engine import (
     TurnTaking,
 )
 from agents.turns.judge import judge_for
-from agents.turns.text import is_farewell, sounds_finished, wants_a_person
+from agents.turns.text import is_farewell, wants_a_person
 from callevents import (
     BargeIn,
     BotTurn,
@@ -67,7 +61,6 @@ from callevents import (
 from callevents import Hold as HoldEvent
 from callevents import Reprompt as RepromptEvent
 from callevents import Resume as ResumeEvent
-from callevents import TurnTiming as TurnTimingEvent
 from media.frontend import FrontEndOutput
 
 if TYPE_CHECKING:
@@ -78,37 +71,14 @@ __all__ = [
     "CarryOn",
     "CascadeAgent",
     "CascadeModels",
-    "EndOfTurn",
     "TurnTaking",
     "TurnTiming",
-    "sounds_finished",
 ]
 
 log = logging.getLogger(__name__)
 
 RATE = 16000  # front-end output rate
 T = TypeVar("T")
-
-
-@dataclass
-class CascadeModels:
-    """The shared, loaded models; one set per process, used by every call."""
-
-    stt: SpeechToText
-    tts: TextToSpeech
-    llm: ChatModel
-    end_of_turn: EndOfTurn
-    # Pre-synthesised lines, so the greeting is instant and the apology works even when
-    # the TTS is the backend that failed.
-    canned: dict[str, np.ndarray] = field(default_factory=dict)
-    # Every call's model work goes through this: bounded, fair between calls, measured.
-    scheduler: ModelScheduler = field(default_factory=ModelScheduler)
-    # Replies drafted ahead never hold an LLM server another call's reply needs.
-    drafts: DraftBoard = field(default_factory=DraftBoard)
-    # Whether the LLM can answer now (readiness); None: not watched (tests' own models).
-    llm_health: LlmHealth | None = None
-    # Reads the caller's words for "finished?" (TURN_JUDGE=words); None: the rules judge.
-    words_judge: WordsJudge | None = None
 
 
 # What a caller is waiting for when the cascade takes a call over mid-conversation.
@@ -119,23 +89,6 @@ RESUME_NOTE = (
 )
 DEFAULT_REPROMPT = "Sorry, I didn't catch that. Could you say it again?"
 DEFAULT_FAREWELL = "Thanks for calling. Goodbye!"
-# A goodbye (or an announcement) that Twilio never confirms as played: its length plus
-# this much, and the call is ended (or transferred) anyway.
-PLAYED_OUT_SLACK_S = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class _EndCall:
-    reason: EndReason
-
-
-@dataclass(frozen=True, slots=True)
-class _Transfer:
-    reason: TransferReason
-
-
-# What happens once a reply has been heard: nothing, the call ends, or it is transferred.
-_Then = _EndCall | _Transfer | None
 
 
 class CascadeAgent:
@@ -208,9 +161,7 @@ class CascadeAgent:
         self._digits = ""
         self._digit_task: asyncio.Task[None] | None = None
         self.timings: list[TurnTiming] = []
-        # Silence: where it started (16 kHz), and whether the bot has re-prompted for it.
-        self._quiet_since = 0
-        self._silence_prompted = False
+        self._silence = SilenceWatch(RATE)
 
     # --- the loop --------------------------------------------------------------------
 
@@ -238,7 +189,7 @@ class CascadeAgent:
                 if voicemail is not None:
                     self._emit(CallEnding(reason="voicemail"))
                     self._start_response(
-                        None, canned=voicemail, kind="voicemail", then=_EndCall("voicemail")
+                        None, canned=voicemail, kind="voicemail", then=EndCall("voicemail")
                     )
                 elif self.greeting and greet:
                     self._start_response(None, canned=self.greeting, kind="greeting")
@@ -304,7 +255,6 @@ class CascadeAgent:
     def _check_silence(self) -> None:
         """A caller who says nothing for `silence_timeout_s` after the bot's turn is asked
         again; after as long again, the bot says goodbye and ends the call."""
-        timeout_s = self.policy.silence_timeout_s
         engine = self.engine
         busy = (
             engine.speaking
@@ -313,20 +263,19 @@ class CascadeAgent:
             or self._digit_task is not None
             or self.evaluator.running
             or self.playback.audible()
+            or self._ending
         )
-        if busy or timeout_s <= 0 or self._ending:
-            if engine.speaking:
-                self._silence_prompted = False
-            self._quiet_since = engine.position
-            return
-        if engine.position - self._quiet_since < timeout_s * RATE:
-            return
-        self._quiet_since = engine.position
-        if not self._silence_prompted and self.reprompt:
-            self._silence_prompted = True
-            self._start_response(None, canned=self.reprompt, kind="reprompt")
-        else:
-            self.say_goodbye("silence")
+        match self._silence.check(
+            engine.position,
+            timeout_s=self.policy.silence_timeout_s,
+            busy=busy,
+            speaking=engine.speaking,
+            can_ask=bool(self.reprompt),
+        ):
+            case "ask_again":
+                self._start_response(None, canned=self.reprompt, kind="reprompt")
+            case "goodbye":
+                self.say_goodbye("silence")
 
     def _keep_from(self) -> int:
         """The oldest caller audio still needed: the turn's, or a preroll's worth."""
@@ -363,11 +312,7 @@ class CascadeAgent:
                     self._answer(decision)
                 case Reprompt():
                     self._emit(RepromptEvent(reason=decision.reason, speech_ms=decision.speech_ms))
-                    timing = TurnTiming(
-                        speech_end=decision.end,
-                        end_of_turn_ms=decision.silence_ms,
-                        stt_ms=self.evaluator.stt_ms(decision.end),
-                    )
+                    timing = self._timing(decision.end, decision.silence_ms)
                     self._start_response(timing, canned=self.reprompt, kind="reprompt")
                 case Reopen():
                     await self._cancel_response(reason="caller_resumed")
@@ -375,7 +320,7 @@ class CascadeAgent:
                         self.conversation.drop(self._committed_turn)
                     self._committed_turn = None
                 case Hold():
-                    heard = await self.playback.hold()
+                    await self.playback.hold()
                     turn = self._response_turn
                     self._emit(
                         HoldEvent(
@@ -383,7 +328,6 @@ class CascadeAgent:
                             heard=self.playback.clock.turn_heard(turn.turn_id) if turn else "",
                         )
                     )
-                    del heard
                 case Resume():
                     await self.playback.resume()
                     if decision.reason == "backchannel":
@@ -402,16 +346,17 @@ class CascadeAgent:
         self.writer.drop_draft()
         self.evaluator.drop()
 
+    def _timing(self, speech_end: int, silence_ms: int) -> TurnTiming:
+        """A caller turn's timing so far: the pause waited, and Whisper's time."""
+        stt_ms = self.evaluator.stt_ms(speech_end)
+        return TurnTiming(speech_end=speech_end, end_of_turn_ms=silence_ms, stt_ms=stt_ms)
+
     def _model_run(self, stage: str, fn: Callable[..., T], /, *args: Any) -> Awaitable[T]:
         """A model call in this call's turn on the shared scheduler."""
         return self.models.scheduler.run(self, stage, fn, *args)
 
     def _answer(self, answer: Answer) -> None:
-        timing = TurnTiming(
-            speech_end=answer.end,
-            end_of_turn_ms=answer.silence_ms,
-            stt_ms=self.evaluator.stt_ms(answer.end),
-        )
+        timing = self._timing(answer.end, answer.silence_ms)
         self.evaluator.forget_timings()
         self.metrics.end_of_turn_seconds.observe(answer.silence_ms / 1000)
         self.metrics.stt_seconds.observe(timing.stt_ms / 1000)
@@ -424,7 +369,7 @@ class CascadeAgent:
         if answer.farewell and self.farewell:
             # A fixed line, at once: a goodbye needs no model, and it must not ramble.
             self._start_response(
-                timing, canned=self.farewell, kind="farewell", then=_EndCall("farewell")
+                timing, canned=self.farewell, kind="farewell", then=EndCall("farewell")
             )
         elif self.policy.words and self.policy.transfer_to and wants_a_person(answer.text):
             self._start_transfer("words", timing)
@@ -437,7 +382,7 @@ class CascadeAgent:
         """Say the farewell line, wait until Twilio has played it, end the call."""
         self._emit(CallEnding(reason=reason))
         self._start_response(
-            None, canned=self.farewell or DEFAULT_FAREWELL, kind="farewell", then=_EndCall(reason)
+            None, canned=self.farewell or DEFAULT_FAREWELL, kind="farewell", then=EndCall(reason)
         )
 
     def _start_transfer(self, reason: TransferReason, timing: TurnTiming | None) -> None:
@@ -451,27 +396,19 @@ class CascadeAgent:
             timing,
             canned=self.policy.transfer_announcement,
             kind="transfer",
-            then=_Transfer(reason),
+            then=Transfer(reason),
         )
 
-    async def _after_heard(self, turn: Turn, then: _EndCall | _Transfer) -> None:
-        """The reply before an end or a transfer has gone out: wait until Twilio has
-        played it (its marks echoed), then act."""
-        if isinstance(then, _EndCall):
+    async def _after_heard(self, turn: Turn, then: EndCall | Transfer) -> None:
+        """The reply before an end or a transfer has gone out: act once it is played."""
+        if isinstance(then, EndCall):
             self._ending = True
-        spoken_s = max(0.0, ((turn.end_ms or 0.0) - self.playback.now() / 8) / 1000)
-        if not await self.playback.played_out(spoken_s + PLAYED_OUT_SLACK_S):
-            log.warning("the bot's last words were not confirmed played; going on anyway")
-        if isinstance(then, _EndCall) and then.reason in ("farewell", "llm") and turn.truncated:
-            # The caller talked over the goodbye: they have more to say.
-            self._ending = False
-            return
         assert self.controls is not None
-        if isinstance(then, _EndCall):
-            await self.controls.end_call(then.reason)
-            return
-        if not await self.controls.transfer(then.reason):
-            self._start_response(None, canned=self.policy.transfer_refusal, kind="transfer")
+        match await once_heard(turn, then, self.playback, self.controls):
+            case "talked_over":  # they have more to say
+                self._ending = False
+            case "refused":
+                self._start_response(None, canned=self.policy.transfer_refusal, kind="transfer")
 
     # --- interruptions -----------------------------------------------------------------
 
@@ -483,7 +420,7 @@ class CascadeAgent:
         self.metrics.barge_ins.inc()
         reported = set()
         for record in heard:
-            self._cut_bot_turn(record.turn_id, record.text, cleared_ms)
+            self.conversation.cut(record.turn_id, record.text, cleared_ms)
             reported.add(record.turn_id)
             self._emit(
                 BargeIn(turn_id=record.turn_id, heard=record.text, truncated=record.truncated)
@@ -491,16 +428,10 @@ class CascadeAgent:
         if turn is not None and turn.turn_id not in reported and self._response_audible:
             # Held between clauses: nothing was queued, and what was heard is final.
             text = self.playback.clock.turn_heard(turn.turn_id)
-            self._cut_bot_turn(turn.turn_id, text, cleared_ms)
+            self.conversation.cut(turn.turn_id, text, cleared_ms)
             self._emit(BargeIn(turn_id=turn.turn_id, heard=text, truncated=text != turn.intended))
         if turn is not None and self._response_audible:
             self._bot_turn_over(turn)
-
-    def _cut_bot_turn(self, turn_id: int, text: str, cleared_ms: float) -> None:
-        if (turn := self.conversation.bot_turn(turn_id)) is not None:
-            turn.end_ms = cleared_ms
-            if text != turn.intended:
-                self.conversation.heard(turn_id, text)
 
     # --- keypad ------------------------------------------------------------------------
 
@@ -539,7 +470,7 @@ class CascadeAgent:
         canned: str = "",
         note: str = "",
         kind: str = "answer",
-        then: _Then = None,
+        then: Then = None,
     ) -> None:
         """`then`: what to do once the reply has been heard (end or transfer the call)."""
         if self._response is not None and not self._response.done():
@@ -570,7 +501,7 @@ class CascadeAgent:
         timing: TurnTiming | None,
         canned: str,
         note: str = "",
-        then: _Then = None,
+        then: Then = None,
     ) -> None:
         tool: ToolCall | None = None
         try:
@@ -597,23 +528,8 @@ class CascadeAgent:
         self._bot_turn_over(turn)
         if timing is not None and tool is None:  # after a tool call, the next reply has it
             self.timings.append(timing)
-            turn.latency = {
-                "end_of_turn_ms": timing.end_of_turn_ms,
-                "stt_ms": timing.stt_ms,
-                "llm_first_token_ms": timing.llm_first_token_ms,
-                "tts_first_audio_ms": timing.tts_first_audio_ms,
-                "mouth_to_mouth_ms": timing.mouth_to_mouth_ms,
-            }
-            self._emit(
-                TurnTimingEvent(
-                    speech_end_ms=timing.speech_end * 1000 / RATE,
-                    end_of_turn_ms=timing.end_of_turn_ms,
-                    stt_ms=timing.stt_ms,
-                    llm_first_token_ms=timing.llm_first_token_ms,
-                    tts_first_audio_ms=timing.tts_first_audio_ms,
-                    mouth_to_mouth_ms=timing.mouth_to_mouth_ms,
-                )
-            )
+            turn.latency = timing.latency()
+            self._emit(timing.event(RATE))
         if tool is not None:
             self._on_tool(tool, turn, timing)
         elif then is not None and self._response_audible and self.controls is not None:
@@ -630,7 +546,7 @@ class CascadeAgent:
                 timing,
                 canned=self.farewell or DEFAULT_FAREWELL,
                 kind="farewell",
-                then=_EndCall("llm"),
+                then=EndCall("llm"),
             )
         elif tool.name == "transfer_call":
             self._start_transfer("llm", timing)

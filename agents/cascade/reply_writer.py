@@ -29,6 +29,7 @@ from agents.errors import LanguageModelError
 from agents.playback import PHONE_RATE, Playback
 from agents.scheduler import ModelScheduler
 from callevents import EventSink, FirstAudio, LlmFirstToken
+from callevents import TurnTiming as TurnTimingEvent
 
 if TYPE_CHECKING:
     from agents.metrics import AgentMetrics as Metrics
@@ -48,6 +49,27 @@ class TurnTiming:
     llm_first_token_ms: float | None = None
     tts_first_audio_ms: float | None = None
     mouth_to_mouth_ms: float | None = None
+
+    def latency(self) -> dict[str, float | None]:
+        """The parts as a bot turn's record keeps them."""
+        return {
+            "end_of_turn_ms": self.end_of_turn_ms,
+            "stt_ms": self.stt_ms,
+            "llm_first_token_ms": self.llm_first_token_ms,
+            "tts_first_audio_ms": self.tts_first_audio_ms,
+            "mouth_to_mouth_ms": self.mouth_to_mouth_ms,
+        }
+
+    def event(self, rate: int) -> TurnTimingEvent:
+        """The parts as the call's event log has them (`rate`: of `speech_end`)."""
+        return TurnTimingEvent(
+            speech_end_ms=self.speech_end * 1000 / rate,
+            end_of_turn_ms=self.end_of_turn_ms,
+            stt_ms=self.stt_ms,
+            llm_first_token_ms=self.llm_first_token_ms,
+            tts_first_audio_ms=self.tts_first_audio_ms,
+            mouth_to_mouth_ms=self.mouth_to_mouth_ms,
+        )
 
 
 Items = Callable[[list[Message]], AsyncIterator[str | ToolCall]]

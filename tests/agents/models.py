@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.cascade.agent import EndOfTurn
 from agents.cascade.llm import Message
 from agents.cascade.stt import Transcript
+from agents.cascade.turn_evaluator import EndOfTurn
 from tests.agents.fakes import tone
 
 TTS_RATE = 16000

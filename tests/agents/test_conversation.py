@@ -65,6 +65,20 @@ def test_heard_nothing_removes_the_bot_turn() -> None:
     assert [t.speaker for t in conversation.turns] == [Speaker.CALLER]
 
 
+def test_a_cut_ends_the_bot_turn_where_it_stopped_with_what_was_heard() -> None:
+    conversation = Conversation(PERSONA)
+    turn = _bot_says(conversation, "We open at nine and close at six.")
+    conversation.cut(turn.turn_id, "We open at nine", end_ms=5200.0)
+    assert (turn.text, turn.end_ms, turn.truncated) == ("We open at nine", 5200.0, True)
+
+
+def test_a_cut_after_every_word_was_heard_keeps_the_turn_whole() -> None:
+    conversation = Conversation(PERSONA)
+    turn = _bot_says(conversation, "We open at nine.")
+    conversation.cut(turn.turn_id, "We open at nine.", end_ms=3100.0)
+    assert (turn.text, turn.end_ms, turn.truncated) == ("We open at nine.", 3100.0, False)
+
+
 def test_heard_ignores_an_unknown_turn() -> None:
     conversation = Conversation(PERSONA)
     turn = _bot_says(conversation, "Hi there.")
