@@ -220,6 +220,8 @@ class EndOfTurn(CallEvent):
 
     name: ClassVar[str] = "end_of_turn"
     probability: float | None = 0.0  # Smart Turn's; None: not run (the words judged)
+    # The words judge's probability that the words end the turn; None: not scored.
+    words: float | None = None
     silence_ms: int = 0
     text: str = ""
     hearing: str = ""  # heard / unclear / nothing: what the transcript's evidence said

@@ -498,6 +498,7 @@ class TurnEngine:
         self._emit(
             EndOfTurn(
                 probability=None if result.probability is None else round(result.probability, 3),
+                words=None if result.words is None else round(result.words, 3),
                 silence_ms=silence_ms,
                 text=result.text,
                 hearing=result.hearing.value,

@@ -28,7 +28,7 @@ from agents.turns.engine import (
     TurnTaking,
 )
 from agents.turns.judge import FusedJudge
-from callevents import Backchannel, EchoIgnored, NotSpeech, PatienceRaised, TurnCapped
+from callevents import Backchannel, EchoIgnored, EndOfTurn, NotSpeech, PatienceRaised, TurnCapped
 from tests.agents.turn_script import (
     BOT_DB,
     FLOOR_DB,
@@ -1013,3 +1013,12 @@ def test_under_the_fused_judge_a_caller_who_goes_on_is_not_answered() -> None:
     )
     [answered] = out.at(Answer)
     assert answered > 3400  # after the second part, not in the pause
+
+
+def test_the_record_says_what_the_words_judge_scored_the_answered_words() -> None:
+    config = TurnTaking()
+    judge = FusedJudge(config, FusedWeights(0.0, 1.0, 0.0, 200, 2000))
+    out = run([Say(1500), Quiet(3000)], [Hears(10_000, "Do you open at nine?", 0.5, words=0.9)],
+              config=config, judge=judge)  # fmt: skip
+    [ended] = [event for _, event in out.events if isinstance(event, EndOfTurn)]
+    assert (ended.text, ended.words) == ("Do you open at nine?", 0.9)
