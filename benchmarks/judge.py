@@ -20,6 +20,7 @@ half only, and the held-out half is the one to quote.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -66,6 +67,8 @@ class Observation:
     words: float
     speech_s: float
     words_ms: float  # the words judge's own time for this check
+    # Whisper's mean token log-probability (0.0 in runs saved before it was kept).
+    avg_logprob: float = 0.0
 
 
 def observe(
@@ -113,6 +116,7 @@ def observe(
                     words=words,
                     speech_s=speech_s,
                     words_ms=words_ms,
+                    avg_logprob=transcript.avg_logprob,
                 )
             )
         if (index + 1) % 20 == 0 or index + 1 == len(items):
@@ -142,6 +146,7 @@ def _turn(obs: Observation) -> TurnSoFar:
         text=text,
         hearing=Hearing(obs.hearing),
         words=obs.words,
+        avg_logprob=obs.avg_logprob,
     )
     said = Said(
         end=result.end,
@@ -192,7 +197,7 @@ def score(judge: TextRulesJudge | FusedJudge, observations: list[Observation]) -
     )
 
 
-def fit(observations: list[Observation], budget_ms: float) -> FusedWeights:
+def fit(observations: list[Observation], budget_ms: float, *, hearing: bool = True) -> FusedWeights:
     """The fused judge's parameters that cut off the fewest pauses while the mean wait
     at a turn's end stays within `budget_ms` (ties: the shorter p90 wait). The mean,
     not the median: the fused judge's waits have two peaks (sure and unsure), and a
@@ -200,20 +205,24 @@ def fit(observations: list[Observation], budget_ms: float) -> FusedWeights:
 
     A direct search: where the words score tips from "goes on" to "finished" (a
     quantile of the material's scores), how sharply, how much Smart Turn adds (never
-    against an end: its scores of synthetic voices say little about callers), and the
-    waits at either side."""
+    against an end: its scores of synthetic voices say little about callers), how much
+    Whisper's doubt about the words delays the end (`hearing`: searched, else none), and
+    the waits at either side."""
     heard = np.array(
         [o.hearing == Hearing.HEARD.value and bool(o.text.strip()) for o in observations]
     )
     words = np.array([_logit(o.words) for o in observations])
     voice = np.array([_logit(o.smart_turn) for o in observations])
+    doubt = np.array([o.avg_logprob for o in observations])
     final = np.array([o.final for o in observations])
     pause = np.array([o.pause_ms for o in observations])
     best: tuple[tuple[float, float], FusedWeights] | None = None
     for tip in np.quantile(words[heard], np.linspace(0.05, 0.95, 19)):
         for sharpness in (0.5, 1.0, 2.0, 4.0, 8.0):
-            for voice_weight in (0.0, 0.5, 1.0):
-                z = sharpness * (words - tip) + voice_weight * voice
+            for voice_weight, hearing_weight in itertools.product(
+                (0.0, 0.5, 1.0), (0.0, 0.5, 1.0, 2.0, 4.0) if hearing else (0.0,)
+            ):
+                z = sharpness * (words - tip) + voice_weight * voice + hearing_weight * doubt
                 p = 1 / (1 + np.exp(-np.clip(z, -40, 40)))
                 for sure_ms in range(200, 801, 100):
                     for unsure_ms in range(1000, 2601, 200):
@@ -229,6 +238,7 @@ def fit(observations: list[Observation], budget_ms: float) -> FusedWeights:
                                 smart_turn=voice_weight,
                                 sure_wait_ms=sure_ms,
                                 unsure_wait_ms=unsure_ms,
+                                hearing=hearing_weight,
                             )
                             best = (key, weights)
     if best is None:
@@ -338,11 +348,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.budget_ms is None:
         args.budget_ms = score(TextRulesJudge(config), tuning).wait_mean_ms
     weights = fit(tuning, args.budget_ms)
+    # The same search with Whisper's confidence left out: what that feature adds.
+    deaf = fit(tuning, args.budget_ms, hearing=False)
     judges: dict[str, TextRulesJudge | FusedJudge] = {
         "text rules": TextRulesJudge(config),
         # The product's weights: fitted on the tuning pool of an earlier run.
         "fused, shipped weights": FusedJudge(config),
         "fused, refitted": FusedJudge(config, weights),
+        "fused, refitted, no confidence": FusedJudge(config, deaf),
     }
     rows = {}
     for name, judge in judges.items():
@@ -360,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     material_held_out = describe(items, held_out)
     print(
         f"\nfused weights (tuning half, mean wait <= {args.budget_ms:.0f} ms): {weights}\n"
+        f"...without Whisper's confidence: {deaf}\n"
         "words judge per check: "
         f"p50 {np.percentile(checks, 50):.0f} ms, p90 {np.percentile(checks, 90):.0f} ms\n"
         f"material: {material}\nheld-out material: {material_held_out}"
@@ -370,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
             "seed": seed,
             "rows": rows,
             "weights": asdict(weights),
+            "weights_no_confidence": asdict(deaf),
             "material": material,
             "material_held_out": material_held_out,
             "words_check_ms": {

@@ -14,13 +14,17 @@ __all__ = ["FusedWeights", "TurnTaking"]
 class FusedWeights:
     """The fused judge's handful of parameters, fitted on a tuning set
     (`python -m benchmarks judge`): a logistic model of P(the turn is over) on the words
-    judge's and Smart Turn's scores, and the waits it sets at P = 1 and P = 0."""
+    judge's and Smart Turn's scores and Whisper's confidence in the words, and the waits
+    it sets at P = 1 and P = 0."""
 
     bias: float
     words: float
     smart_turn: float
     sure_wait_ms: int
     unsure_wait_ms: int
+    # On Whisper's mean token log-probability (0 for words it is sure of, about -1 for
+    # a garble): words it may have misheard are less sure to end the turn.
+    hearing: float = 0.0
 
     @property
     def hears_the_voice(self) -> bool:

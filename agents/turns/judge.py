@@ -185,6 +185,7 @@ class FusedJudge:
         w = self.weights
         bias, words, voice = self.features(result.words, result.probability)
         z = w.bias * bias + w.words * words + w.smart_turn * voice
+        z += w.hearing * result.avg_logprob
         return 1.0 / (1.0 + math.exp(-max(min(z, 40.0), -40.0)))
 
     def ends_turn(self, turn: TurnSoFar, silence_ms: int) -> bool:

@@ -279,3 +279,13 @@ def test_the_fitted_weights_say_whether_smart_turn_counts() -> None:
 def test_the_fused_judge_reads_a_score_not_taken_as_no_sign_either_way() -> None:
     judge = FusedJudge(TurnTaking(), replace(TurnTaking().fused, smart_turn=1.0))
     assert judge.features(0.7, None) == judge.features(0.7, 0.5)
+
+
+def test_words_whisper_doubts_wait_longer_when_the_weights_count_its_doubt() -> None:
+    weights = replace(WEIGHTS, smart_turn=0.0, hearing=2.0)
+    judge = FusedJudge(TurnTaking(), weights)
+    sure = turn(0.8, 0.5)
+    doubted = replace(sure, result=replace(sure.result, avg_logprob=-1.2))
+    assert wait_ms(judge, sure) < wait_ms(judge, doubted)
+    deaf = FusedJudge(TurnTaking(), replace(weights, hearing=0.0))
+    assert wait_ms(deaf, sure) == wait_ms(deaf, doubted)
