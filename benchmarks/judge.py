@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.cascade.stt import WhisperTranscriber
+from agents.cascade.stt import MIN_WINDOW_S, WhisperTranscriber
 from agents.cascade.turn_evaluator import heard_as
 from agents.cascade.words_judge import LlamaWordsJudge
 from agents.turns.audio import CallerAudio
@@ -79,11 +79,12 @@ def observe(
     gguf: Path,
     *,
     shorten_pauses: bool = True,
+    stt_window_s: int = MIN_WINDOW_S,
 ) -> list[Observation]:
     """`shorten_pauses`: Whisper hears a pause inside the speech cut short, as in a call
     (agents/turns/audio.py), where the call's speech detection finds one."""
     rng = np.random.default_rng(seed + 1)
-    stt = WhisperTranscriber(stt_model, threads=2)
+    stt = WhisperTranscriber(stt_model, threads=2, min_window_s=stt_window_s)
     turn = EndOfTurnModel(smart_turn, threads=1)
     words_judge = LlamaWordsJudge(gguf, threads=2)
     piper = CallerVoice("piper", 165)
@@ -286,12 +287,17 @@ def describe(items: list[Item], observations: list[Observation]) -> dict[str, fl
     }
 
 
-def _observe_fresh(items: list[Item], seed: int, stt: str, shorten: bool) -> list[Observation]:
+def _observe_fresh(
+    items: list[Item], seed: int, stt: str, shorten: bool, window_s: int
+) -> list[Observation]:
     from agents.assets import STT_ASSETS, ModelCache
     from app.settings import Settings
 
     cache = ModelCache(Settings.from_env().model_cache_dir)
-    print(f"seed {seed}: {len(items)} caller lines, Whisper {stt}", file=sys.stderr)
+    print(
+        f"seed {seed}: {len(items)} caller lines, Whisper {stt}, {window_s} s window",
+        file=sys.stderr,
+    )
     return observe(
         items,
         seed,
@@ -299,6 +305,7 @@ def _observe_fresh(items: list[Item], seed: int, stt: str, shorten: bool) -> lis
         cache.path("smart-turn-v3.2"),
         cache.path("smollm2-135m-instruct"),
         shorten_pauses=shorten,
+        stt_window_s=window_s,
     )
 
 
@@ -307,6 +314,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--items", type=int, default=240, help="caller lines (default 240)")
     parser.add_argument("--seed", type=int, default=None, help="repeat a run (default: new)")
     parser.add_argument("--stt", default="tiny.en", help="Whisper model (tiny.en or base)")
+    parser.add_argument(
+        "--stt-window",
+        type=int,
+        default=MIN_WINDOW_S,
+        help=f"Whisper's shortest encoder window, s (10-30, default {MIN_WINDOW_S})",
+    )
     parser.add_argument(
         "--budget-ms",
         type=float,
@@ -341,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
         rng = np.random.default_rng(seed)
         items = draw(rng, args.items, corpus_pairs())
-        observations = _observe_fresh(items, seed, args.stt, args.pauses == "shortened")
+        observations = _observe_fresh(
+            items, seed, args.stt, args.pauses == "shortened", args.stt_window
+        )
     tuning = [o for o in observations if pool_of(items[o.item].caller) == "tuning"]
     held_out = [o for o in observations if pool_of(items[o.item].caller) == "held-out"]
     config = TurnTaking()
