@@ -72,9 +72,16 @@ MAX_AGENT_INPUTS = 500
 MAX_RECORDED_PROTOCOL_ERRORS = 50
 # What the agent and the record see of a digit under REDACT_DTMF (agents.conversation).
 REDACTED_DIGIT = REDACTED_KEY
-# Event fields that carry what the caller said or keyed: in logs at DEBUG only (an LLM
-# tool call's arguments may repeat it).
-_PRIVATE_FIELDS = frozenset({"text", "digits", "heard", "meant", "said", "transcript", "arguments"})
+# Event fields that carry what the caller said or keyed: in logs at DEBUG only. The
+# bot's words (a turn's `intended`) and an LLM tool call's arguments may repeat it.
+_PRIVATE_FIELDS = frozenset(
+    {"text", "intended", "digits", "heard", "meant", "said", "transcript", "arguments"}
+)
+
+
+def public_fields(event: CallEvent) -> dict[str, object]:
+    """What an INFO log line may say of `event`: none of what the caller said or keyed."""
+    return {k: v for k, v in event.data().items() if k not in _PRIVATE_FIELDS}
 
 
 class CallSession:
@@ -197,12 +204,10 @@ class CallSession:
         self._record(event)
 
     def _log(self, event: CallEvent) -> None:
-        data = event.data()
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("call %s: %s %s", self.call_sid, event.name, data)
+            log.debug("call %s: %s %s", self.call_sid, event.name, event.data())
         else:
-            public = {k: v for k, v in data.items() if k not in _PRIVATE_FIELDS}
-            log.info("call %s: %s %s", self.call_sid, event.name, public)
+            log.info("call %s: %s %s", self.call_sid, event.name, public_fields(event))
 
     def record_event(self, event: CallEvent, *, t_ms: float | None = None) -> None:
         """Put an event that came from outside the call (Twilio's status callbacks) on

@@ -27,6 +27,8 @@ import websockets
 from websockets.asyncio.client import connect
 
 from agents.cascade.agent import CascadeModels
+from app.call import public_fields
+from callevents import BotTurn, FirstAudio
 from ops.simulate import CallReport, SimulationConfig, simulate_call, voice_webhook_params
 from recordings.store import RecordStore
 from telephony.protocol import TwilioEventWriter
@@ -679,6 +681,22 @@ async def test_digits_reach_logs_only_at_debug(bot: Bot, caplog: pytest.LogCaptu
 
     assert keypad_turns(transcript) == ["(The caller pressed 9 8 7 6 on the keypad.)"]
     assert not re.search(KEYED_9876, logged)
+
+
+def test_what_the_bot_says_reaches_info_logs_as_its_timing_only() -> None:
+    # The LLM may read keyed digits back to the caller: the bot's words are as private
+    # as the caller's (CI once logged a reply that repeated them, before this held).
+    said = "I have 9 8 7 6 as your account number."
+    turn = BotTurn(turn_id=3, text=said, intended=said, start_ms=20.0, end_ms=2400.0)
+    clause = FirstAudio(ms=640.0, text=said)
+
+    assert public_fields(turn) == {
+        "turn_id": 3,
+        "truncated": False,
+        "start_ms": 20.0,
+        "end_ms": 2400.0,
+    }
+    assert public_fields(clause) == {"ms": 640.0}
 
 
 async def test_a_call_record_is_private_to_the_service_user(bot: Bot) -> None:
