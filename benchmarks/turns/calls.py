@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Final
 
 from benchmarks.measure import BENCH_TOKEN, machine
-from benchmarks.turns.corpus import corpus_scripts, halves
+from benchmarks.turns.corpus import RECORDED_SHARE, corpus_scripts, halves
 from benchmarks.turns.report import print_table, table_rows
 from benchmarks.turns.scoring import Span, Tally, TurnScore, score_call, score_unplaced
 from benchmarks.turns.script import LINES, SCRIPTS, PreparedScript, Script, Voices, prepare
@@ -203,7 +203,7 @@ def bench_turns(args: argparse.Namespace) -> dict[str, object]:
         if args.seed is None:
             args.seed = int(time.time()) % 1_000_000
         recordings = None if args.synthetic_only else voices.recordings
-        scripts = corpus_scripts(args.seed, args.corpus, recordings)
+        scripts = corpus_scripts(args.seed, args.corpus, recordings, args.recorded_share)
         half_of = halves(args.seed, scripts)
         print(f"corpus calls: seed {args.seed}", flush=True)
     else:
@@ -317,6 +317,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         action="store_true",
         help="with --corpus: every caller synthesised (a seed's calls as before the "
         "recorded callers came in)",
+    )
+    turns.add_argument(
+        "--recorded-share",
+        type=float,
+        default=RECORDED_SHARE,
+        metavar="SHARE",
+        help=f"with --corpus: this share of the calls recorded people, 0 to 1 (default "
+        f"{RECORDED_SHARE}; the recorded calls of a seed change with it)",
     )
     turns.add_argument("--url", default="", help="dial a running server instead of starting one")
     turns.add_argument("--auth-token", default=os.environ.get("TWILIO_AUTH_TOKEN"))

@@ -30,7 +30,7 @@ from benchmarks.turns.recordings import PACKAGE, Clip, Recordings, Utterance
 from benchmarks.turns.script import RECORDED, Kind, Part, Say, Script, Voice
 from ops.simulate import After
 
-__all__ = ["BACKCHANNELS", "TURNS_PER_CALL", "corpus_scripts", "halves"]
+__all__ = ["BACKCHANNELS", "RECORDED_SHARE", "TURNS_PER_CALL", "corpus_scripts", "halves"]
 
 TURNS_PER_CALL = 4
 PAUSED_SHARE = 0.6
@@ -95,9 +95,16 @@ def _over_reply(rng: np.random.Generator, line: Part, *, recorded: bool = False)
     )
 
 
-def corpus_scripts(seed: int, calls: int, recordings: Recordings | None = None) -> list[Script]:
-    """`calls` calls drawn by `seed`: a quarter of them recorded people, unless
-    `recordings` is None (then all are synthesised)."""
+def corpus_scripts(
+    seed: int,
+    calls: int,
+    recordings: Recordings | None = None,
+    recorded_share: float = RECORDED_SHARE,
+) -> list[Script]:
+    """`calls` calls drawn by `seed`: `recorded_share` of them (a quarter unless told)
+    recorded people, unless `recordings` is None (then all are synthesised)."""
+    if not 0.0 <= recorded_share <= 1.0:
+        raise SystemExit(f"--recorded-share: 0 to 1, not {recorded_share}")
     rng = np.random.default_rng(seed)
     pairs = corpus_pairs()
     per_call = TURNS_PER_CALL + 1  # the last: an interruption's words, if one is drawn
@@ -109,9 +116,9 @@ def corpus_scripts(seed: int, calls: int, recordings: Recordings | None = None) 
     people = np.random.default_rng([seed, 2])
     utterances = recordings.utterances if recordings is not None else []
     unused = list(people.permutation(len(utterances)))
-    # A quarter exactly (halves rounded up), not a quarter on average: a 16-call run drew
-    # none at 1 in 100.
-    share = int(calls * RECORDED_SHARE + 0.5) if len(utterances) >= per_call else 0
+    # The share exactly (halves rounded up), not on average: a 16-call run drew none at
+    # 1 in 100.
+    share = int(calls * recorded_share + 0.5) if len(utterances) >= per_call else 0
     recorded = set(people.permutation(calls)[:share].tolist())
     scripts = []
     for call in range(calls):

@@ -141,6 +141,22 @@ def test_each_kind_of_caller_is_split_between_the_halves(recordings: Recordings)
             assert abs(mine.count("held-out") - mine.count("tuning")) <= 1, (seed, engine)
 
 
+def test_a_larger_recorded_share_makes_more_of_the_calls_recorded_people(
+    recordings: Recordings,
+) -> None:
+    for share, expected in ((0.0, 0), (0.5, 4), (1.0, 8)):
+        scripts = corpus_scripts(seed=5, calls=8, recordings=recordings, recorded_share=share)
+        assert sum(s.voice.engine == RECORDED for s in scripts) == expected, share
+    # Every call recorded, and still each utterance once in a run while there are enough.
+    everyone = corpus_scripts(seed=5, calls=4, recordings=recordings, recorded_share=1.0)
+    said = [say.parts[0] for s in everyone for say in s.turns if isinstance(say.parts[0], Clip)]
+    interruptions = sum(say.kind is Kind.INTERRUPTION for s in everyone for say in s.turns)
+    assert len(said) == 4 * TURNS_PER_CALL + interruptions
+    assert len({(c.recording, c.start_ms) for c in said}) == len(said)
+    with pytest.raises(SystemExit, match="0 to 1"):
+        corpus_scripts(seed=5, calls=8, recordings=recordings, recorded_share=1.5)
+
+
 def test_the_synthesised_calls_of_a_seed_are_the_same_with_recorded_callers_among_them(
     recordings: Recordings,
 ) -> None:
