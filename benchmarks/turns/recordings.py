@@ -7,11 +7,16 @@ quotation, a voice sample. Nobody here wrote or said them. A caller turn
 is one utterance of a recording, as the reader said it: speech between the reader's own
 long pauses (its shorter pauses, at commas, stay inside the turn). A paused turn stops
 at one of the reader's inner pauses and waits there, silent, before the rest: the reader
-went on at that point, so what came before it is unfinished by construction. Only an
-utterance that is one sentence is paused: a quick reader's sentence ends can be as short
-as the gaps between their words, and a turn stopped there may have been complete. Whisper
-base (the best bundled) tells where the sentences end, from its punctuation of each
-utterance.
+went on at that point, so what came before it is unfinished by construction.
+
+A turn is one sentence. Whisper base (the best bundled) punctuates each utterance and
+times its words; where a sentence ends at one of the reader's inner pauses, the
+utterance is cut there into turns of their own. A listener who answers a finished
+sentence after the reader's pause has not cut anyone off, and the play's two voices
+(their lines 520-540 ms apart, shorter than an utterance pause) are two callers'
+turns, not one. Only a one-sentence utterance is paused: a quick reader's sentence ends
+can be as short as the gaps between their words, and a turn stopped there may have been
+complete. An utterance whose sentence end falls at no inner pause is said whole.
 
 Only the assets are used; the package's own library is never imported (its wheel is
 installed without its dependencies, which are for microphones and downloads).
@@ -34,7 +39,7 @@ import numpy as np
 
 from ops.caller_voice import phone_line
 
-__all__ = ["RECORDINGS", "Clip", "Hear", "Recordings"]
+__all__ = ["RECORDINGS", "Clip", "Hear", "Heard", "Recordings", "Utterance", "by_sentence"]
 
 RATE: Final = 8000
 FRAME: Final = RATE // 50  # 20 ms
@@ -62,6 +67,12 @@ PAUSE_MARGIN_MS: Final = 300
 # than the pause a reader makes at a comma, or at a sentence's end when quick, after
 # which the turn might have been complete.
 SPLIT_PAUSE_MS: Final = (80, 250)
+# A sentence's last word, as Whisper times it, ends this close to an inner pause (or in
+# it) when the reader stopped there: its word times are good to about 100 ms.
+SENTENCE_END_SLACK_MS: Final = 200
+# ...and a cut that leaves a piece shorter than this per word is not where the sentence
+# ended (people say 2-4 words a second; the times are off at a clip's first words).
+MIN_MS_PER_WORD: Final = 100
 
 
 @dataclass(frozen=True)
@@ -81,8 +92,18 @@ class Clip:
 # A sentence's end inside an utterance's transcript: its punctuation, then more words.
 _INNER_SENTENCE_END: Final = re.compile(r"[.?!]\s+\S")
 
-# What a listener hears in a clip of a recording (8 kHz int16): the words, punctuated.
-Hear = Callable[[np.ndarray], str]
+
+@dataclass(frozen=True)
+class Heard:
+    """What a listener made of a clip: its words, punctuated, and where (ms into the
+    clip) each sentence but the last ends."""
+
+    text: str
+    sentence_ends_ms: tuple[int, ...] = ()
+
+
+# What a listener hears in a clip of a recording (8 kHz int16).
+Hear = Callable[[np.ndarray], Heard]
 
 
 @dataclass(frozen=True)
@@ -179,26 +200,84 @@ def find_utterances(name: str, audio: np.ndarray) -> list[Utterance]:
     return utterances
 
 
+def by_sentence(utterance: Utterance, heard: Heard) -> list[Utterance]:
+    """`utterance` with `heard`'s words, cut into one per sentence where a sentence ends
+    at an inner pause; a sentence end found at no pause leaves its sentences together."""
+    texts = [t for t in re.split(r"(?<=[.?!])\s+", heard.text.strip()) if t]
+    whole = replace(utterance, text=heard.text.strip())
+    if len(texts) != len(heard.sentence_ends_ms) + 1:
+        return [whole]  # the listener's times do not match its text: no cut
+    cuts: list[tuple[int, tuple[int, int]]] = []  # (sentences before, the pause)
+    for count, end_ms in enumerate(heard.sentence_ends_ms, start=1):
+        at = utterance.clip.start_ms + end_ms
+        near = [
+            (max(a - at, at - b, 0), (a, b))
+            for a, b in utterance.inner_pauses
+            if a - SENTENCE_END_SLACK_MS <= at <= b + SENTENCE_END_SLACK_MS
+        ]
+        if near and (not cuts or min(near)[1] != cuts[-1][1]):
+            cuts.append((count, min(near)[1]))
+    while cuts and (short := _too_short(utterance, texts, cuts)) is not None:
+        del cuts[short]
+    if not cuts:
+        return [whole]
+    pieces = []
+    start, first = utterance.clip.start_ms, 0
+    for count, (a, b) in [*cuts, (len(texts), (utterance.clip.end_ms, utterance.clip.end_ms))]:
+        inner = tuple(p for p in utterance.inner_pauses if start <= p[0] and p[1] <= a)
+        clip = Clip(utterance.clip.recording, start, a)
+        pieces.append(Utterance(clip, inner, " ".join(texts[first:count])))
+        start, first = b, count
+    return pieces
+
+
+def _too_short(
+    utterance: Utterance, texts: list[str], cuts: list[tuple[int, tuple[int, int]]]
+) -> int | None:
+    """The index of a cut that leaves a piece too short for its words, if any."""
+    start, first = utterance.clip.start_ms, 0
+    ends = [*((count, a, b) for count, (a, b) in cuts), (len(texts), utterance.clip.end_ms, 0)]
+    for i, (count, a, b) in enumerate(ends):
+        words = len(re.findall(r"[\w']+", " ".join(texts[first:count])))
+        if a - start < words * MIN_MS_PER_WORD:
+            return min(i, len(cuts) - 1)  # the cut that ends it, or the last one
+        start, first = b, count
+    return None
+
+
 def whisper_base() -> Hear:
-    """Whisper base, the best bundled transcriber, as the recordings' listener."""
+    """Whisper base, the best bundled transcriber, as the recordings' listener: its
+    words with their times (faster-whisper's word timestamps), beam search."""
+    from faster_whisper import WhisperModel
+
     from agents.assets import STT_ASSETS, ModelCache
-    from agents.cascade.stt import WhisperTranscriber
     from app.settings import Settings
     from media.codec import pcm16_to_float
     from media.resample import resample
 
     cache = ModelCache(Settings.from_env().model_cache_dir)
-    whisper = WhisperTranscriber(cache.path(STT_ASSETS["base"]), threads=2)
+    model = WhisperModel(
+        str(cache.path(STT_ASSETS["base"])), device="cpu", compute_type="int8", cpu_threads=2
+    )
 
-    def hear(clip: np.ndarray) -> str:
-        return whisper.transcribe(resample(pcm16_to_float(clip), RATE, 16000)).text
+    def hear(clip: np.ndarray) -> Heard:
+        audio = resample(pcm16_to_float(clip), RATE, 16000).astype(np.float32)
+        segments, _ = model.transcribe(
+            audio, language="en", word_timestamps=True, condition_on_previous_text=False
+        )
+        words = [w for segment in segments for w in segment.words or ()]
+        text = "".join(w.word for w in words).strip()
+        ends = tuple(
+            round(w.end * 1000) for w in words[:-1] if w.word.strip().endswith((".", "?", "!"))
+        )
+        return Heard(text, ends)
 
     return hear
 
 
 class Recordings:
     """The pinned recordings, loaded once, cut into utterances, each as `hear` (by
-    default Whisper base, loaded when first needed) makes out its words."""
+    default Whisper base, loaded when first needed) makes out its words and sentences."""
 
     def __init__(self, folder: Path | None = None, hear: Hear | None = None) -> None:
         self._folder = folder
@@ -213,7 +292,7 @@ class Recordings:
     def utterances(self) -> list[Utterance]:
         found = [u for name, audio in self.audio.items() for u in find_utterances(name, audio)]
         hear = self._hear or whisper_base()
-        return [replace(u, text=hear(self.clip(u.clip))) for u in found]
+        return [piece for u in found for piece in by_sentence(u, hear(self.clip(u.clip)))]
 
     def clip(self, clip: Clip) -> np.ndarray:
         audio = self.audio[clip.recording]
