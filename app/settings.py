@@ -269,8 +269,9 @@ class Settings:
         "STT_MODEL",
         "tiny.en",
         "Whisper model: 'tiny.en' (bundled, fastest; WER 16 % over `python -m benchmarks stt`'s "
-        "line conditions), 'base' (bundled; 9 %, ~100 ms slower per turn: the choice for "
-        "noisy callers) or a path to a CTranslate2 model folder.",
+        "line conditions), 'base' (bundled; 9 %, ~100-180 ms slower per turn, 120-260 ms "
+        "more mouth to mouth on a 2-core machine: the choice for noisy callers) or a path "
+        "to a CTranslate2 model folder.",
     )
     stt_language: str = _env_field("STT_LANGUAGE", "en", "Language spoken by callers.")
     turn_judge: str = _env_field(
