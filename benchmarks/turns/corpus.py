@@ -6,9 +6,10 @@ minute, or the bundled Piper voice at 130-200) and four caller lines. Most lines
 paused for 0.4-1.8 s at a random word boundary, so what comes before the pause is an
 unfinished turn by construction; the others are said whole.
 
-A quarter of the calls (rounded) are people instead: each line is an utterance of the
-recordings moonshine-voice ships (`benchmarks.turns.recordings`), paused the same way at
-a random gap between the reader's words, or said as recorded. A recorded caller's backchannel is
+A quarter of the calls (rounded; `--recorded-share` sets another share) are people
+instead: each line is an utterance of the recordings moonshine-voice ships
+(`benchmarks.turns.recordings`), one sentence, paused the same way at a random gap
+between the reader's words, or said as recorded. A recorded caller's backchannel is
 the Piper voice's (the recordings hold none).
 
 Over the bot's reply to one of its first three lines, most calls also speak once more:

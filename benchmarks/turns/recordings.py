@@ -262,8 +262,13 @@ def whisper_base() -> Hear:
 
     def hear(clip: np.ndarray) -> Heard:
         audio = resample(pcm16_to_float(clip), RATE, 16000).astype(np.float32)
+        # Temperature 0 only: no sampled fallback, so every run cuts the same turns.
         segments, _ = model.transcribe(
-            audio, language="en", word_timestamps=True, condition_on_previous_text=False
+            audio,
+            language="en",
+            temperature=0.0,
+            word_timestamps=True,
+            condition_on_previous_text=False,
         )
         words = [w for segment in segments for w in segment.words or ()]
         text = "".join(w.word for w in words).strip()
