@@ -1,10 +1,9 @@
 """An LLM reply being written in the background, taken out one clause at a time.
 
-Both ways the cascade speaks read replies through it: the in-process reply writer
-(agents/cascade/reply_writer.py), which synthesises each clause as it is taken and queues
-it for playback, and the duplex cascade backend (agents/duplex/cascade_backend.py), which
-takes clauses until a unit's worth of audio is ready. The model goes on writing while a
-clause is synthesised, so neither waits on the LLM for more than the next clause.
+Both ways the cascade speaks read replies through it, by way of SpokenReply
+(agents/cascade/spoken_reply.py), which synthesises each clause as it is taken. The model
+goes on writing while a clause is synthesised, so a reply never waits on the LLM for
+more than the next clause.
 """
 
 from __future__ import annotations

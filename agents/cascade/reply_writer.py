@@ -1,10 +1,10 @@
 """The reply writer: the bot's words, from the LLM, clause by clause, through Piper to
 the caller's ear.
 
-The LLM's stream is cut into clauses as it comes (agents/cascade/clause_stream.py, which
-the duplex cascade backend reads replies through too); each clause is synthesised and
-queued for playback while the model writes the next, so the caller hears the first
-clause long before the reply is written. A reply may start from a draft
+The LLM's stream is cut into clauses as it comes, and each clause is synthesised in turn
+(agents/cascade/spoken_reply.py, which the duplex cascade backend speaks its replies
+through too) and queued for playback while the model writes the next, so the caller
+hears the first clause long before the reply is written. A reply may start from a draft
 written while the turn engine waited out the caller's pause (agents/cascade/draft.py).
 The writer measures each reply's latency parts; what a reply means for the call (a
 farewell, a transfer, a tool call) is the agent's to decide.
@@ -20,12 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agents.cascade.clause_stream import ClauseStream
 from agents.cascade.draft import DraftBoard, ReplyDraft
 from agents.cascade.llm import Message, ToolCall
+from agents.cascade.spoken_reply import SpokenReply
 from agents.cascade.tts import TextToSpeech
 from agents.conversation import Turn
-from agents.errors import LanguageModelError
 from agents.playback import PHONE_RATE, Playback
 from agents.scheduler import ModelScheduler
 from callevents import EventSink, FirstAudio, LlmFirstToken
@@ -154,41 +153,35 @@ class ReplyWriter:
         self._drafts.reply_started()
         items = draft.items() if draft is not None else self._items(messages)
 
-        async def timed() -> AsyncIterator[str | ToolCall]:
-            first = True
-            async for item in items:
-                if first and not isinstance(item, ToolCall):
-                    first = False
-                    elapsed = time.perf_counter() - started
-                    self._metrics.llm_first_token_seconds.observe(elapsed)
-                    self._emit(LlmFirstToken(ms=elapsed * 1000, drafted=draft is not None))
-                    if timing is not None:
-                        timing.llm_first_token_ms = elapsed * 1000
-                yield item
+        def first_token(elapsed: float) -> None:
+            self._metrics.llm_first_token_seconds.observe(elapsed)
+            self._emit(LlmFirstToken(ms=elapsed * 1000, drafted=draft is not None))
+            if timing is not None:
+                timing.llm_first_token_ms = elapsed * 1000
+
+        def first_audio(elapsed: float, text: str) -> None:
+            self._metrics.tts_first_audio_seconds.observe(elapsed)
+            self._emit(FirstAudio(ms=elapsed * 1000, text=text))
+            if timing is not None:
+                timing.tts_first_audio_ms = elapsed * 1000
 
         try:
-            async with ClauseStream(timed(), name="reply-llm") as stream:
-                first = True
-                while (clause := await stream.next_clause()) is not None:
-                    # While the caller holds the bot, the next clause's synthesis waits:
-                    # the cores are the held words' transcription's, which decides how
-                    # long the caller hears nothing (a stopped bot) or a lowered one. A
-                    # lowered bot plays what it has meanwhile.
-                    await self._playback.until_unheld()
-                    pcm = await self.synthesize(clause)
-                    if first:
-                        first = False
-                        elapsed = time.perf_counter() - started
-                        self._metrics.tts_first_audio_seconds.observe(elapsed)
-                        self._emit(FirstAudio(ms=elapsed * 1000, text=clause))
-                        if timing is not None:
-                            timing.tts_first_audio_ms = elapsed * 1000
-                    await self.play(turn, pcm, clause, timing)
-                if first and stream.completed and stream.tool_call is None:
-                    # Nothing speakable came back (empty, or only markup): the caller must
-                    # not be left in silence after their turn. Treated as a failed reply.
-                    raise LanguageModelError("the model's reply had nothing to say")
-                return stream.tool_call
+            async with SpokenReply(
+                items,
+                self.synthesize,
+                name="reply-llm",
+                started=started,
+                on_first_token=first_token,
+                on_first_audio=first_audio,
+            ) as reply:
+                # While the caller holds the bot, the next clause's synthesis waits: the
+                # cores are the held words' transcription's, which decides how long the
+                # caller hears nothing (a stopped bot) or a lowered one. A lowered bot
+                # plays what it has meanwhile.
+                unheld = self._playback.until_unheld
+                while (clause := await reply.next(before_synthesis=unheld)) is not None:
+                    await self.play(turn, clause.pcm, clause.text, timing)
+                return reply.tool_call
         finally:
             self.stop_following()  # a reply cut short leaves its draft writing for nobody
 

@@ -3,12 +3,13 @@
 Turn taking is the shared engine (agents/turns), the same as the in-process cascade's,
 fed the gateway's speech windows (or Silero over the unit). The heavy models wake only
 when there is content: the end-of-turn model and Whisper once the caller has paused, the
-LLM and Piper once the turn is complete. The LLM writes in the background
-while the reply is handed out clause by clause: each unit carries just enough new audio to
-keep a unit's worth queued ahead of the caller, so the first words go out as soon as the
-first clause is synthesised, not when the whole reply is written. An interruption (by its
-length, or by words that are not a backchannel) drops what is left and says so
-(`yielded`), and the bot's history turn is cut to what the caller heard of it.
+LLM and Piper once the turn is complete. The LLM writes in the background while the
+reply is handed out clause by clause, through the same SpokenReply as the in-process
+cascade's reply writer (agents/cascade/spoken_reply.py): each unit carries just enough
+new audio to keep a unit's worth queued ahead of the caller, so the first words go out
+as soon as the first clause is synthesised, not when the whole reply is written. An
+interruption (by its length, or by words that are not a backchannel) drops what is left
+and says so (`yielded`), and the bot's history turn is cut to what the caller heard of it.
 
 Time is counted in samples of caller audio, never wall clock.
 """
@@ -26,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import numpy as np
 
 from agents.cascade.agent import CascadeModels
-from agents.cascade.clause_stream import ClauseStream
 from agents.cascade.llm import ChatModel, Message
+from agents.cascade.spoken_reply import SpokenReply
 from agents.cascade.stt import SpeechToText
 from agents.cascade.tts import TextToSpeech
 from agents.cascade.turn_evaluator import EndOfTurn, TurnEvaluator
@@ -122,7 +123,7 @@ class CascadeDuplexBackend:
     name = "cascade"
     keypad_input = True
     # Per-session state, set by _reset.
-    _reply: ClauseStream | None
+    _reply: SpokenReply | None
     _playing_samples: int
     _keys: str
     _keys_quiet: int
@@ -327,7 +328,7 @@ class CascadeDuplexBackend:
         self._speech_run_start = 0  # for the "mhm" backchannel the bot may say itself
         self._unit_samples = max(1, request.unit_ms) * CALLER_RATE // 1000
         self._unit_due = 0.0  # perf_counter time by which this unit's result should be out
-        self._reply: ClauseStream | None = None  # the reply being written and handed out
+        self._reply: SpokenReply | None = None  # the reply being written and handed out
         self._sent: list[tuple[str, int]] = []  # reply text handed out, with its samples
         self._playing_samples = 0  # bot audio handed out and not yet played (caller clock)
         self._keys = ""  # keypad digits not yet answered
@@ -432,7 +433,9 @@ class CascadeDuplexBackend:
             return await self._say(self.config.apology, timings)
         self._turns.append({"role": "user", "content": caller_text})
         self.engine.reply_started()
-        self._reply = ClauseStream(self.llm.stream(self.messages), name="duplex-llm")
+        self._reply = SpokenReply(
+            self.llm.stream(self.messages), self._synthesize, name="duplex-llm"
+        )
         self._sent = []
         outcome = await self._next_piece(timings)
         outcome.caller_text = caller_text
@@ -465,24 +468,25 @@ class CascadeDuplexBackend:
         while queued < self._unit_samples:
             started = time.perf_counter()
             try:
-                text = await self._reply.next_clause(within_s=self._unit_due - started)
+                clause = await self._reply.next(within_s=self._unit_due - started)
             except TimeoutError:
+                waited += time.perf_counter() - started
                 break  # the rest goes out with the next units
             except BackendError as exc:
-                # A failed LLM costs this reply, not the session (and not the worker).
-                log.warning("the LLM failed mid-reply: %s", exc)
-                text = None
-            finally:
-                waited += time.perf_counter() - started
-            if text is None:
+                # A failed LLM (or voice) costs this reply, not the session (and not the
+                # worker); a reply with nothing to say gets the apology below.
+                log.warning("the reply failed mid-way (%s): %s", exc.stage, exc)
+                clause = None
+            spent = time.perf_counter() - started
+            if clause is None:
+                waited += spent
                 finished = True
                 break
-            started = time.perf_counter()
-            audio = await asyncio.to_thread(self.tts.synthesize, text)
-            synthesised += time.perf_counter() - started
-            texts.append(text)
-            pieces.append(audio)
-            queued += audio.size * CALLER_RATE // self.tts.sample_rate
+            waited += spent - clause.synthesised_s
+            synthesised += clause.synthesised_s
+            texts.append(clause.text)
+            pieces.append(clause.pcm)
+            queued += clause.pcm.size * CALLER_RATE // self.tts.sample_rate
         finished = finished or self._reply.over
         if finished and not texts and not self._sent and self.config.apology:
             started = time.perf_counter()
@@ -515,6 +519,9 @@ class CascadeDuplexBackend:
             end_of_turn=finished,
             timings=timings,
         )
+
+    async def _synthesize(self, text: str) -> np.ndarray:
+        return await asyncio.to_thread(self.tts.synthesize, text)
 
     def _yield_turn(self) -> None:
         """The caller barged in: drop the rest; history keeps what the caller heard.

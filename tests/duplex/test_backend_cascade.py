@@ -15,7 +15,7 @@ from agents.cascade.llm import Message
 from agents.cascade.stt import Transcript
 from agents.duplex.cascade_backend import CascadeDuplexBackend, CascadeDuplexConfig
 from agents.duplex.protocol import Prepare
-from agents.errors import BackendError
+from agents.errors import BackendError, TextToSpeechError
 
 RATE = 16000
 CLAUSE_S = 0.6  # each synthesised clause lasts this long
@@ -314,6 +314,37 @@ async def test_an_llm_failure_mid_reply_ends_the_turn_with_what_was_said() -> No
     # Half a reply is not followed by an apology: the turn just ends there.
     assert ended.end_of_turn and not ended.audio.size
     assert backend.messages[-1] == {"role": "assistant", "content": "Sure thing. Let me see."}
+
+
+class FailingTts(FakeTts):
+    """A voice that fails from its `fails_from`-th clause on (counting from 1)."""
+
+    def __init__(self, fails_from: int) -> None:
+        self.fails_from = fails_from
+        self.asked = 0
+
+    def synthesize(self, text: str) -> np.ndarray:
+        self.asked += 1
+        if self.asked >= self.fails_from:
+            raise TextToSpeechError("the voice's process died")
+        return super().synthesize(text)
+
+
+async def test_a_voice_failing_mid_reply_ends_the_turn_with_what_was_said() -> None:
+    backend = CascadeDuplexBackend(
+        stt=FakeStt(),
+        tts=FailingTts(fails_from=2),
+        llm=FakeLlm(),
+        end_of_turn=FakeTurn(),
+        vad_factory=EnergyVad,
+    )
+    await prepared(backend, apology="Sorry.")
+    await backend.process_unit(speech(1.0))
+    spoken = await backend.process_unit(silence(1.0))
+    # The session goes on: the clause said is the bot's turn, and nothing is owed.
+    assert spoken.action == "speak" and spoken.text == "Sure." and spoken.end_of_turn
+    assert backend.messages[-1] == {"role": "assistant", "content": "Sure."}
+    assert (await backend.process_unit(silence(1.0))).action == "listen"
 
 
 async def test_cleanup_stops_a_reply_being_written() -> None:
