@@ -99,12 +99,6 @@ class Continuation:
         if self._heard - since_onset <= _samples(self.cfg.continuation_heard_ms):
             self._continues = answered
 
-    @property
-    def may_go_on(self) -> bool:
-        """The speech over the reply began too soon after the answered turn's pause to
-        be answering the reply: it may be the caller going on with that turn."""
-        return self._continues is not None
-
     def overlap_ended(self) -> None:
         """The speech over the bot did not take the floor."""
         self._continues = None

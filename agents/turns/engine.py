@@ -378,12 +378,6 @@ class TurnEngine:
         overlap = self._overlap
         assert overlap is not None
         speech_ms = _ms((overlap.stopped or self.position) - overlap.start)
-        if self._answered.may_go_on and _words_of_their_own(result):
-            # Words in the reply's first moments, right after the pause it answered,
-            # are the caller going on with that turn: resumed, the bot would talk over
-            # the rest of their sentence. A listener's noise still lets it go on.
-            self._interrupt("caller_went_on", out)
-            return
         if lets_the_bot_go_on(result, speech_ms, self.cfg):
             self._result = None
             self._emit(Backchannel(speech_ms=speech_ms, text=result.text))
@@ -593,12 +587,6 @@ class TurnEngine:
 
 def _ms(samples: int) -> int:
     return samples * 1000 // RATE
-
-
-def _words_of_their_own(result: Evaluation) -> bool:
-    """Words heard that are not a listener's noise."""
-    text = result.text.strip()
-    return result.hearing is Hearing.HEARD and bool(text) and not is_backchannel(text)
 
 
 def _samples(ms: int | float) -> int:
