@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -166,14 +167,15 @@ class ReplyWriter:
                 timing.tts_first_audio_ms = elapsed * 1000
 
         try:
-            async with SpokenReply(
+            spoken = SpokenReply(
                 items,
                 self.synthesize,
                 name="reply-llm",
                 started=started,
                 on_first_token=first_token,
                 on_first_audio=first_audio,
-            ) as reply:
+            )
+            async with aclosing(spoken) as reply:
                 # While the caller holds the bot, the next clause's synthesis waits: the
                 # cores are the held words' transcription's, which decides how long the
                 # caller hears nothing (a stopped bot) or a lowered one. A lowered bot

@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from types import TracebackType
 
 import numpy as np
 
@@ -42,7 +41,8 @@ class SpokenReply:
     `on_first_token(elapsed_s)` is told when the model's first words arrive and
     `on_first_audio(elapsed_s, text)` when the first clause is synthesised, both counted
     from `started` (a `time.perf_counter()` reading; by default, now). A tool call ends
-    the reply (`tool_call`): nothing the model writes after it is spoken.
+    the reply (`tool_call`): nothing the model writes after it is spoken. Close it
+    (`aclose`, or `contextlib.aclosing`) once done with it: the model may still be writing.
     """
 
     def __init__(
@@ -122,14 +122,3 @@ class SpokenReply:
     async def aclose(self) -> None:
         """Stop the model writing and wait until its stream is closed."""
         await self._clauses.aclose()
-
-    async def __aenter__(self) -> SpokenReply:
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.cascade.llm import Message
+from agents.cascade.llm import Message, ToolCall
 from agents.cascade.stt import Transcript
 from agents.cascade.turn_evaluator import EndOfTurn
+from agents.errors import LanguageModelError
 from tests.agents.fakes import tone
 
 TTS_RATE = 16000
@@ -83,3 +85,24 @@ def replying(*replies: list[str]) -> ChatModelFake:
 
 def end_of_turn(probability: float) -> EndOfTurnFake:
     return EndOfTurnFake(lambda audio_16k: probability)
+
+
+async def writing(
+    *items: str | ToolCall,
+    then: asyncio.Event | None = None,
+    fail: bool = False,
+    closed: list[bool] | None = None,
+) -> AsyncIterator[str | ToolCall]:
+    """A model's stream: `items` one by one, then (with `then`) a wait for more, then
+    (with `fail`) the connection lost. `closed` gets True when the stream is closed."""
+    try:
+        for item in items:
+            yield item
+            await asyncio.sleep(0)
+        if then is not None:
+            await then.wait()
+        if fail:
+            raise LanguageModelError("the server went away")
+    finally:
+        if closed is not None:
+            closed.append(True)

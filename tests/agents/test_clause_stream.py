@@ -11,25 +11,7 @@ import pytest
 from agents.cascade.clause_stream import ClauseStream
 from agents.cascade.llm import ToolCall
 from agents.errors import LanguageModelError
-
-
-async def _model(
-    *items: str | ToolCall,
-    then: asyncio.Event | None = None,
-    fail: bool = False,
-    closed: list[bool] | None = None,
-) -> AsyncIterator[str | ToolCall]:
-    try:
-        for item in items:
-            yield item
-            await asyncio.sleep(0)
-        if then is not None:
-            await then.wait()
-        if fail:
-            raise LanguageModelError("the server went away")
-    finally:
-        if closed is not None:
-            closed.append(True)
+from tests.agents.models import writing
 
 
 async def _all(stream: ClauseStream) -> list[str]:
@@ -43,7 +25,7 @@ async def _clauses(stream: ClauseStream) -> AsyncIterator[str]:
 
 async def test_a_clause_is_taken_while_the_model_is_still_writing() -> None:
     more = asyncio.Event()
-    async with ClauseStream(_model("We open at nine, ", "and close at five.", then=more)) as s:
+    async with ClauseStream(writing("We open at nine, ", "and close at five.", then=more)) as s:
         assert await asyncio.wait_for(s.next_clause(), 1) == "We open at nine,"
         assert not s.over
         more.set()
@@ -53,13 +35,13 @@ async def test_a_clause_is_taken_while_the_model_is_still_writing() -> None:
 
 async def test_a_tool_call_ends_the_reply_and_nothing_after_it_is_spoken() -> None:
     hang_up = ToolCall(name="end_call", arguments="{}")
-    async with ClauseStream(_model("Goodbye now. ", hang_up, "Never said.")) as stream:
+    async with ClauseStream(writing("Goodbye now. ", hang_up, "Never said.")) as stream:
         assert await _all(stream) == ["Goodbye now."]
         assert stream.tool_call == hang_up
 
 
 async def test_a_failing_model_still_gets_its_written_clauses_said_first() -> None:
-    written = _model("The shop is open from nine in the morning. ", "And on", fail=True)
+    written = writing("The shop is open from nine in the morning. ", "And on", fail=True)
     async with ClauseStream(written) as stream:
         assert await stream.next_clause() == "The shop is open from nine in the morning."
         with pytest.raises(LanguageModelError):
@@ -69,7 +51,7 @@ async def test_a_failing_model_still_gets_its_written_clauses_said_first() -> No
 
 async def test_a_slow_model_times_out_the_wait_but_its_clause_still_comes() -> None:
     more = asyncio.Event()
-    async with ClauseStream(_model(then=more)) as stream:
+    async with ClauseStream(writing(then=more)) as stream:
         with pytest.raises(TimeoutError):
             await stream.next_clause(within_s=0.01)
         with pytest.raises(TimeoutError):
@@ -82,7 +64,7 @@ async def test_a_slow_model_times_out_the_wait_but_its_clause_still_comes() -> N
 async def test_closing_the_stream_closes_the_models_stream() -> None:
     closed: list[bool] = []
     forever = asyncio.Event()
-    stream = ClauseStream(_model("Half a ", then=forever, closed=closed))
+    stream = ClauseStream(writing("Half a ", then=forever, closed=closed))
     await asyncio.sleep(0.01)
     await stream.aclose()
     assert closed == [True]
@@ -91,6 +73,6 @@ async def test_closing_the_stream_closes_the_models_stream() -> None:
 
 
 async def test_an_empty_reply_is_over_without_a_clause() -> None:
-    async with ClauseStream(_model("", "  ")) as stream:
+    async with ClauseStream(writing("", "  ")) as stream:
         assert await stream.next_clause() is None
         assert stream.completed and stream.tool_call is None
