@@ -27,11 +27,10 @@ Synthesize = Callable[[str], Awaitable[np.ndarray]]
 
 @dataclass(frozen=True, slots=True)
 class SpokenClause:
-    """A clause of the reply, synthesised, with what getting it cost."""
+    """A clause of the reply, synthesised, and how long that took."""
 
     text: str
     pcm: np.ndarray
-    waited_s: float  # for the LLM to write it
     synthesised_s: float
 
 
@@ -98,9 +97,7 @@ class SpokenReply:
         LanguageModelError when the model ended a reply with nothing to say (empty, or
         only markup) and no tool call: the caller must not be left in silence.
         """
-        started = time.perf_counter()
         text = await self._clauses.next_clause(within_s)
-        waited = time.perf_counter() - started
         if text is None:
             if not self._spoken and self._clauses.completed and self.tool_call is None:
                 raise LanguageModelError("the model's reply had nothing to say")
@@ -113,7 +110,7 @@ class SpokenReply:
         if not self._spoken and self._on_first_audio is not None:
             self._on_first_audio(time.perf_counter() - self._started, text)
         self._spoken += 1
-        return SpokenClause(text=text, pcm=pcm, waited_s=waited, synthesised_s=synthesised)
+        return SpokenClause(text=text, pcm=pcm, synthesised_s=synthesised)
 
     def cancel(self) -> None:
         """Stop the model writing (the caller barged in, or the reply is dropped)."""

@@ -488,7 +488,7 @@ class CascadeDuplexBackend:
             pieces.append(clause.pcm)
             queued += clause.pcm.size * CALLER_RATE // self.tts.sample_rate
         finished = finished or self._reply.over
-        if finished and not texts and not self._sent and self.config.apology:
+        if finished and not self._reply.said_anything and self.config.apology:
             started = time.perf_counter()
             pieces.append(await asyncio.to_thread(self.tts.synthesize, self.config.apology))
             synthesised += time.perf_counter() - started
