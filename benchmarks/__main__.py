@@ -45,16 +45,19 @@ them. From a source checkout, with the dev dependencies: benchmarks are not inst
                                       (chatterbot-corpus, fresh each run): pauses cut
                                       off, waits at turn ends, tuning and held-out
                                       halves (benchmarks/judge.py)
+    python -m benchmarks judge-people the same judges at recorded people's own pauses
+                                      inside a sentence (benchmarks/judge_people.py)
     python -m benchmarks held-words   short words over the bot (backchannels, short
                                       corpus lines) in fresh voices: which stop it,
                                       which it talks over (benchmarks/held_words.py)
 
 Each prints a table; `--json PATH` also writes the figures, under a "provenance" block
 with the commit, date, machine, options and non-default settings of the run
-(benchmarks/provenance.py). `stt-evidence`, `llama-build`, `judge` and `held-words`
-take their own arguments (`python -m benchmarks judge --help`). `turns --corpus N` replaces the
-scripts with N calls made fresh from chatterbot-corpus, a quarter of them people
-recorded (moonshine-voice's recordings), in a tuning and a held-out half.
+(benchmarks/provenance.py). `stt-evidence`, `llama-build`, `judge`, `judge-people` and
+`held-words` take their own arguments (`python -m benchmarks judge --help`).
+`turns --corpus N` replaces the scripts with N calls made fresh from chatterbot-corpus,
+a quarter of them people recorded (moonshine-voice's recordings), in a tuning and a
+held-out half.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ OWN_ARGUMENTS = {
     "stt-evidence": ("benchmarks.stt_evidence", "Whisper's evidence on phone speech and noise"),
     "llama-build": ("benchmarks.llama_build", "llama.cpp builds: tokens per second"),
     "judge": ("benchmarks.judge", "turn judges on fresh corpus speech: cut-offs and waits"),
+    "judge-people": ("benchmarks.judge_people", "turn judges at recorded people's own pauses"),
     "held-words": ("benchmarks.held_words", "short words over the bot: go on or stop"),
 }
 

@@ -45,7 +45,7 @@ from media.turn import EndOfTurnModel
 from media.vad import VadEvent
 from ops.caller_voice import CallerVoice
 
-__all__ = ["Observation", "main"]
+__all__ = ["Listeners", "Observation", "auc", "heard_ends", "main", "score"]
 
 RATE = 8000
 # The engine asks its models when the speech detector has seen the speech stop: the
@@ -71,22 +71,74 @@ class Observation:
     avg_logprob: float = 0.0
 
 
+@dataclass
+class Listeners:
+    """The models a call's engine asks at a pause, loaded once for a run."""
+
+    stt: WhisperTranscriber
+    turn: EndOfTurnModel
+    words_judge: LlamaWordsJudge
+
+    @classmethod
+    def load(
+        cls, stt_model: Path, smart_turn: Path, gguf: Path, *, stt_window_s: int = MIN_WINDOW_S
+    ) -> Listeners:
+        return cls(
+            WhisperTranscriber(stt_model, threads=2, min_window_s=stt_window_s),
+            EndOfTurnModel(smart_turn, threads=1),
+            LlamaWordsJudge(gguf, threads=2),
+        )
+
+    def observe(
+        self,
+        bot: str,
+        ended: np.ndarray,
+        upto: int,
+        events: list[VadEvent],
+        *,
+        item: int,
+        final: bool,
+        pause_ms: float,
+    ) -> Observation:
+        """What the models make of `ended` (8 kHz) up to sample `upto` and
+        EVAL_TAIL_MS more, as a call's engine would ask them: Whisper on the audio with
+        the speech detector's long pauses (`events`) cut short, the words judge after
+        the bot's line `bot`, Smart Turn on the audio as it is."""
+        tail = int(EVAL_TAIL_MS * RATE / 1000)
+        audio = to_16k(ended[: upto + tail])
+        heard = CallerAudio(16000)
+        heard.add(0, audio)
+        heard.speech(events)
+        transcript = self.stt.transcribe(heard.for_words(0, audio.size))
+        speech_s = upto / RATE
+        hearing = heard_as(transcript, int(speech_s * 1000))
+        started = time.perf_counter()
+        words = self.words_judge.complete(bot, transcript.text)
+        words_ms = (time.perf_counter() - started) * 1000
+        return Observation(
+            item=item,
+            final=final,
+            pause_ms=pause_ms,
+            text=transcript.text.strip(),
+            hearing=hearing.value,
+            smart_turn=float(self.turn.predict(audio)),
+            words=words,
+            speech_s=speech_s,
+            words_ms=words_ms,
+            avg_logprob=transcript.avg_logprob,
+        )
+
+
 def observe(
     items: list[Item],
     seed: int,
-    stt_model: Path,
-    smart_turn: Path,
-    gguf: Path,
+    listeners: Listeners,
     *,
     shorten_pauses: bool = True,
-    stt_window_s: int = MIN_WINDOW_S,
 ) -> list[Observation]:
     """`shorten_pauses`: Whisper hears a pause inside the speech cut short, as in a call
     (agents/turns/audio.py), where the call's speech detection finds one."""
     rng = np.random.default_rng(seed + 1)
-    stt = WhisperTranscriber(stt_model, threads=2, min_window_s=stt_window_s)
-    turn = EndOfTurnModel(smart_turn, threads=1)
-    words_judge = LlamaWordsJudge(gguf, threads=2)
     piper = CallerVoice("piper", 165)
     found: list[Observation] = []
     for index, item in enumerate(items):
@@ -96,28 +148,15 @@ def observe(
         ended = np.concatenate([spoken.audio, np.zeros(tail, np.int16)])
         events = speech_events(ended) if shorten_pauses else []
         for final, upto in ((False, spoken.pause_start), (True, spoken.audio.size)):
-            audio = to_16k(ended[: upto + tail])
-            heard = CallerAudio(16000)
-            heard.add(0, audio)
-            heard.speech(events)
-            transcript = stt.transcribe(heard.for_words(0, audio.size))
-            speech_s = upto / RATE
-            hearing = heard_as(transcript, int(speech_s * 1000))
-            started = time.perf_counter()
-            words = words_judge.complete(item.bot, transcript.text)
-            words_ms = (time.perf_counter() - started) * 1000
             found.append(
-                Observation(
+                listeners.observe(
+                    item.bot,
+                    ended,
+                    upto,
+                    events,
                     item=index,
                     final=final,
                     pause_ms=0.0 if final else pause_ms,
-                    text=transcript.text.strip(),
-                    hearing=hearing.value,
-                    smart_turn=float(turn.predict(audio)),
-                    words=words,
-                    speech_s=speech_s,
-                    words_ms=words_ms,
-                    avg_logprob=transcript.avg_logprob,
                 )
             )
         if (index + 1) % 20 == 0 or index + 1 == len(items):
@@ -259,7 +298,6 @@ def describe(items: list[Item], observations: list[Observation]) -> dict[str, fl
     from benchmarks.hearing import wer
 
     ends = [o for o in observations if o.final]
-    pauses = [o for o in observations if not o.final]
 
     def pooled_wer(engine: str | None) -> float:
         chosen = [o for o in ends if engine is None or items[o.item].engine == engine]
@@ -269,22 +307,31 @@ def describe(items: list[Item], observations: list[Observation]) -> dict[str, fl
         )
         return round(errors / words, 3) if words else 0.0
 
-    def auc(score: str) -> float:
-        low = np.array([getattr(o, score) for o in pauses])
-        high = np.array([getattr(o, score) for o in ends])
-        if not low.size or not high.size:
-            return 0.5
-        wins = (low[:, None] < high[None, :]).mean() + 0.5 * (low[:, None] == high[None, :]).mean()
-        return round(float(wins), 3)
-
     return {
-        "heard_ends": round(sum(o.hearing == "heard" for o in ends) / max(len(ends), 1), 3),
+        "heard_ends": heard_ends(observations),
         "wer": pooled_wer(None),
         "wer_espeak": pooled_wer("espeak"),
         "wer_piper": pooled_wer("piper"),
-        "auc_words": auc("words"),
-        "auc_smart_turn": auc("smart_turn"),
+        "auc_words": auc(observations, "words"),
+        "auc_smart_turn": auc(observations, "smart_turn"),
     }
+
+
+def heard_ends(observations: list[Observation]) -> float:
+    """The share of turns' ends Whisper heard words in (not asked again)."""
+    ends = [o for o in observations if o.final]
+    return round(sum(o.hearing == "heard" for o in ends) / max(len(ends), 1), 3)
+
+
+def auc(observations: list[Observation], score: str) -> float:
+    """How well `score` ("words", "smart_turn") ranks turns' ends above pauses: ROC AUC
+    (1 perfect, 0.5 chance, below 0.5 backwards)."""
+    low = np.array([getattr(o, score) for o in observations if not o.final])
+    high = np.array([getattr(o, score) for o in observations if o.final])
+    if not low.size or not high.size:
+        return 0.5
+    wins = (low[:, None] < high[None, :]).mean() + 0.5 * (low[:, None] == high[None, :]).mean()
+    return round(float(wins), 3)
 
 
 def _observe_fresh(
@@ -298,15 +345,13 @@ def _observe_fresh(
         f"seed {seed}: {len(items)} caller lines, Whisper {stt}, {window_s} s window",
         file=sys.stderr,
     )
-    return observe(
-        items,
-        seed,
+    listeners = Listeners.load(
         cache.path(STT_ASSETS[stt]),
         cache.path("smart-turn-v3.2"),
         cache.path("smollm2-135m-instruct"),
-        shorten_pauses=shorten,
         stt_window_s=window_s,
     )
+    return observe(items, seed, listeners, shorten_pauses=shorten)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,7 @@ from media.wav import read_wav
 from ops.caller_voice import CallerVoice, phone_line
 from ops.line import active_rms, babble
 
-__all__ = ["Item", "Spoken", "corpus_pairs", "draw", "pool_of", "speak"]
+__all__ = ["Item", "Spoken", "corpus_pairs", "draw", "on_line", "pool_of", "speak"]
 
 RATE: Final = 8000
 ESPEAK_VOICES: Final = (
@@ -140,15 +140,21 @@ def speak(item: Item, rng: np.random.Generator, piper: CallerVoice | None = None
         first, rest = voice.speak(item.prefix), voice.speak(item.rest)
         gap = np.zeros(int(item.pause_s * RATE), np.int16)
         spoken = Spoken(np.concatenate([first, gap, rest]), first.size, first.size + gap.size)
-    if item.line == "babble":
-        speech = spoken.audio.astype(np.float32)
-        noise = babble(speech.size / RATE + 0.1, rng)[: speech.size]
-        # babble() is unit RMS throughout; the speech's level is that of its voiced frames.
-        noise_rms = float(np.sqrt(np.mean(noise.astype(np.float64) ** 2)))
-        gain = active_rms(speech) / max(noise_rms, 1e-9) / 10 ** (BABBLE_SNR_DB / 20)
-        mixed = np.clip(speech + noise * gain, -32768, 32767).astype(np.int16)
-        spoken = Spoken(mulaw_decode(mulaw_encode(mixed)), spoken.pause_start, spoken.pause_end)
-    return spoken
+    audio = on_line(spoken.audio, item.line, rng)
+    return Spoken(audio, spoken.pause_start, spoken.pause_end)
+
+
+def on_line(audio: np.ndarray, line: str, rng: np.random.Generator) -> np.ndarray:
+    """8 kHz int16 speech as a `line` ("clean", "babble") delivers it."""
+    if line != "babble":
+        return audio
+    speech = audio.astype(np.float32)
+    noise = babble(speech.size / RATE + 0.1, rng)[: speech.size]
+    # babble() is unit RMS throughout; the speech's level is that of its voiced frames.
+    noise_rms = float(np.sqrt(np.mean(noise.astype(np.float64) ** 2)))
+    gain = active_rms(speech) / max(noise_rms, 1e-9) / 10 ** (BABBLE_SNR_DB / 20)
+    mixed = np.clip(speech + noise * gain, -32768, 32767).astype(np.int16)
+    return mulaw_decode(mulaw_encode(mixed))
 
 
 def _espeak_with_break(item: Item) -> Spoken:
