@@ -7,10 +7,13 @@ exactly which words were heard.
 A caller who starts talking over the bot is answered by `hold()` while their words are
 judged. Twilio is told to `clear` at once, and what the caller had not heard yet is sent
 again lowered by `hold_duck_db` (the bot goes on under them, quietly), or, with no duck,
-kept back (the bot stops at the caller's ear within a network hop). `resume()` brings
-it back to full level when it was only a "mhm" (a stopped bot from a moment before the
-cut, so the caller hears the interrupted word whole); `clear()` drops the rest for a real
-interruption. A stopped bot's new clauses wait with the rest; a lowered one's play lowered.
+kept back (the bot stops at the caller's ear within a network hop). A lowered bot is
+`silence()`d when the caller goes on talking (an interruption must not be talked over
+for long, however quietly) and `lower()`ed again when they stop, until their words are
+judged. `resume()` brings it back to full level when it was only a "mhm" (a stopped bot
+from a moment before the cut, so the caller hears the interrupted word whole); `clear()`
+drops the rest for a real interruption. A stopped bot's new clauses wait with the rest;
+a lowered one's play lowered.
 """
 
 from __future__ import annotations
@@ -90,6 +93,7 @@ class Playback:
         self._held: list[_Piece] | None = None  # None: not holding
         self._held_heard: list[Heard] = []
         self._held_at = 0
+        self._silenced_at = 0  # where a lowered bot was last silenced
         # While held with a duck: the gain the bot plays at (None: not lowered).
         self._duck = 10.0 ** (-hold_duck_db / 20.0) if hold_duck_db > 0 else None
         self._lowered: float | None = None
@@ -112,7 +116,9 @@ class Playback:
     def stopped_at(self) -> int:
         """Where on the call clock the caller stopped hearing the bot, were it cleared now:
         at the hold if it is stopped, else now (a lowered bot is still heard)."""
-        return self._held_at if self._held is not None else self.now()
+        if self._held is None:
+            return self.now()
+        return self._silenced_at if self._lowered is not None else self._held_at
 
     async def play(self, pcm: np.ndarray, rate: int, text: str, turn_id: int) -> int:
         """Send one clause; returns the call-clock sample where it is expected to start.
@@ -132,6 +138,7 @@ class Playback:
             # error at Twilio's end.
             return now + self.clock.pending_samples(now)
         if self._held is not None:
+            # Kept at full level: a silenced bot is lowered again only when it is sent.
             self._held.append(_Piece(pcm16, text, turn_id))
             return now + self.clock.min_latency + sum(len(p.pcm16) for p in self._held[:-1])
         starts_at = now + self.clock.pending_samples(now)
@@ -184,25 +191,55 @@ class Playback:
         now = self.now()
         if self._duck is not None:
             return await self._lower(now, self._duck)
+        self._held_at = now
+        await self._stop(now, 1.0, "hold")
+        self._unheld.clear()
+        return self._held_heard
+
+    async def _stop(self, now: int, gain: float, reason: str) -> None:
+        """Clear Twilio and keep what the caller has not heard, at full level (it was
+        sent at `gain` since the hold)."""
         rest = self.clock.unplayed(now)
         # The moment before the cut, which the caller did hear: resumed audio starts
-        # with it (the clock keeps ~1 s of played audio).
-        backup = self.clock.render(now - PHONE_RATE * RESUME_BACKUP_MS // 1000, now)
+        # with it (the clock keeps ~1 s of played audio). Of a lowered bot, only what
+        # played lowered: it is all brought back by one gain.
+        since = now - PHONE_RATE * RESUME_BACKUP_MS // 1000
+        backup = self.clock.render(since if gain == 1.0 else max(since, self._held_at), now)
         # The clock first: a mark echoed while `clear` is on its way is of cleared audio.
         self._held_heard = self.clock.cleared(now)
-        self._held_at = now
         await self._sink.send_clear()
-        self._emit(Clear(reason="hold"))
-        pieces = [_Piece(_pcm16(u.pcm), u.text, u.turn_id) for u in rest]
+        self._emit(Clear(reason=reason))
+        restore = np.float32(1.0 / gain)
+        pieces = [_Piece(_pcm16(u.pcm * restore), u.text, u.turn_id) for u in rest]
         if pieces and np.any(backup):
-            lead = _pcm16(backup[np.argmax(backup != 0) :])
+            lead = _pcm16(backup[np.argmax(backup != 0) :] * restore)
             pieces.insert(0, _Piece(lead, "", pieces[0].turn_id))
         if pieces:
             _fade_in(pieces[0].pcm16)
         self._held = pieces
-        self._unheld.clear()
         self._echo.set()
-        return self._held_heard
+
+    async def silence(self) -> None:
+        """Stop a lowered bot at the caller's ear, keeping the rest: they are still
+        talking, perhaps interrupting. (A stopped bot, or one not held, stays as it is.)"""
+        async with self._sending:
+            if self._lowered is None or self._held is not None:
+                return
+            now = self.now()
+            self._silenced_at = now
+            await self._stop(now, self._lowered, "silence")
+
+    async def lower(self) -> None:
+        """Play a silenced bot on, lowered, while the caller's words are judged. (A bot
+        not silenced stays as it is.)"""
+        async with self._sending:
+            gain, pieces = self._lowered, self._held
+            if gain is None or pieces is None:
+                return
+            self._held = None
+            self._echo.set()
+            for piece in pieces:
+                await self._send(_scaled(piece.pcm16, gain), piece.text, piece.turn_id)
 
     async def _lower(self, now: int, gain: float) -> list[Heard]:
         """Send what is left again at `gain`: the caller goes on hearing the bot's words,
@@ -233,6 +270,8 @@ class Playback:
             return await self._resume()
 
     async def _resume(self) -> int:
+        if self._lowered is not None and self._held is not None:
+            self._lowered = None  # silenced: what is kept is at full level already
         if (gain := self._lowered) is not None:
             self._lowered = None
             self._unheld.set()

@@ -253,6 +253,13 @@ class Settings:
         "an interruption), the bot goes on this many dB quieter (up to 30) instead of "
         "stopping; 0 stops it until the words are judged.",
     )
+    hold_lowered_ms: int = _env_field(
+        "HOLD_LOWERED_MS",
+        200,
+        "With HOLD_DUCK_DB, a caller still talking this long after their onset silences "
+        "the lowered bot until they stop (it may be an interruption); it plays on lowered "
+        "while their words are judged. 0 keeps it lowered throughout.",
+    )
     echo_margin_db: float = _env_field(
         "ECHO_MARGIN_DB",
         12.0,

@@ -80,6 +80,8 @@ def check_values(s: Settings) -> None:
         raise SettingsError(f"SILENCE_TIMEOUT_S must be >= 0, got {s.silence_timeout_s}")
     if not 0 <= s.hold_duck_db <= MAX_DUCK_DB:
         raise SettingsError(f"HOLD_DUCK_DB must be within 0..{MAX_DUCK_DB:g}, got {s.hold_duck_db}")
+    if s.hold_lowered_ms < 0:
+        raise SettingsError(f"HOLD_LOWERED_MS must be 0 or more, got {s.hold_lowered_ms}")
     if s.llm_base_url and not s.llm_model:
         raise SettingsError("LLM_MODEL must name a model when LLM_BASE_URL is set")
     if s.max_call_s <= 0 or s.media_timeout_s <= 0:

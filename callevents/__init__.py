@@ -410,7 +410,8 @@ class PatienceRaised(CallEvent):
 @_event
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Clear(CallEvent):
-    """`clear` was sent to Twilio (reason: hold, barge_in, short_interruption, dtmf...)."""
+    """`clear` was sent to Twilio (reason: hold, silence, resume, barge_in,
+    short_interruption, dtmf...)."""
 
     name: ClassVar[str] = "clear"
     reason: str = ""

@@ -127,10 +127,12 @@ async def test_a_ducking_bot_goes_on_quietly_under_a_backchannel(ducking_bot: Bo
     turn = report.turns[0]
     held = [c for c in report.clears if turn.speech_start_ms <= c <= turn.speech_end_ms + 1000]
     assert held, "the bot was not held"
-    # Lowered, not stopped: the greeting takes no longer to hear than it is long (a
-    # stopped bot adds its pause, ~1 s, and replays the cut word).
+    # Lowered, and silenced at most while the "okay" goes on past 200 ms: the caller
+    # never hears the greeting stop for 300 ms, and it takes no longer to hear than its
+    # length, that silence and the moment replayed before it (a stopped bot adds ~1 s).
+    assert len(report.bot_utterances) == 1, report.bot_utterances
     heard_for = report.bot_utterances[-1][1] - report.bot_utterances[0][0]
-    assert heard_for <= greeting_ms(ducking_bot) + 500, (heard_for, greeting_ms(ducking_bot))
+    assert heard_for <= greeting_ms(ducking_bot) + 600, (heard_for, greeting_ms(ducking_bot))
 
 
 async def test_a_ducking_bot_is_silenced_by_a_real_interruption(ducking_bot: Bot) -> None:
@@ -142,8 +144,9 @@ async def test_a_ducking_bot_is_silenced_by_a_real_interruption(ducking_bot: Bot
     full = report.bot_full_level_spans()
     heard_until = max(end for start, end in full if start < onset)
     assert heard_until - onset < 750, f"full level for {heard_until - onset:.0f} ms"
-    # Lowered until the interruption was judged (by its length), then silent.
+    # Lowered, then silent 200 ms into the caller's words: long before the interruption
+    # is judged by its length (1 s).
     quiet_until = max(end for start, end in report.bot_utterances if start < onset)
-    assert heard_until < quiet_until < report.turns[0].speech_end_ms
+    assert heard_until <= quiet_until < onset + 400, (onset, heard_until, quiet_until)
     greeting = (await recorded_turns(ducking_bot, report.call_sid))[0]
     assert greeting.truncated

@@ -36,9 +36,11 @@ from agents.turns.engine import (
     Evaluate,
     Frame,
     Hold,
+    Lower,
     Reopen,
     Reprompt,
     Resume,
+    Silence,
     TurnEngine,
     TurnState,
     TurnTaking,
@@ -328,6 +330,10 @@ class CascadeAgent:
                             heard=self.playback.clock.turn_heard(turn.turn_id) if turn else "",
                         )
                     )
+                case Silence():
+                    await self.playback.silence()
+                case Lower():
+                    await self.playback.lower()
                 case Resume():
                     await self.playback.resume()
                     if decision.reason == "backchannel":

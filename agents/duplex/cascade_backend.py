@@ -47,9 +47,11 @@ from agents.turns.engine import (
     Evaluation,
     Frame,
     Hold,
+    Lower,
     Reopen,
     Reprompt,
     Resume,
+    Silence,
     TurnEngine,
     TurnState,
     TurnTaking,
@@ -379,7 +381,7 @@ class CascadeDuplexBackend:
                 case Clear():
                     self._yield_turn()
                     outcome.yielded = True
-                case DropEvaluation() | Hold() | Resume():
+                case DropEvaluation() | Hold() | Silence() | Lower() | Resume():
                     pass  # evaluations run inline; the gateway plays on while deciding
 
     async def _evaluate(self, ticket: Evaluate, timings: dict[str, float]) -> Evaluation | None:

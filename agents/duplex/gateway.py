@@ -266,6 +266,9 @@ class DuplexAgent:
                     self._overlap = None  # never loud enough: the echo, or the room
                 elif self.playback.holding:
                     self._speech_stopped_at = time.perf_counter()
+                    if self._overlap is not None and self._overlap.silenced:
+                        self._overlap.silenced = False
+                        await self.playback.lower()
         overlap = self._overlap
         if overlap is None:
             return
@@ -277,10 +280,14 @@ class DuplexAgent:
                 turn_id = self._bot_turn.turn_id if self._bot_turn else 0
                 self._emit(HoldEvent(turn_id=turn_id))
         elif self._speaking:
+            overlap.count(frame, self._speaking, self._turns)  # when they were last loud
             factor = 1 if out.echo_settled else 2
             long_ms = self._turns.barge_in_min_speech_ms * factor
             if self._position - overlap.start >= long_ms * RATE // 1000:
                 await self._cut("barge_in")
+            elif overlap.silences(self._position, self._turns):
+                overlap.silenced = True
+                await self.playback.silence()
 
     async def _cut(self, reason: str) -> None:
         """The caller has the turn: what they had not heard of the bot is dropped."""

@@ -73,6 +73,13 @@ class TurnTaking:
     # ...and this long while the echo canceller is still learning the echo path (the
     # bot's first ~2 s on a line with echo): its echo comes back in runs of up to ~550 ms.
     hold_unsettled_ms: int = 600
+    # A hold lowers the bot this many dB instead of stopping it (0: it stops)...
+    hold_duck_db: float = 0.0
+    # ...until the caller has talked over it this long from their onset: then it is
+    # silenced while they go on, and lowered again when they stop, until their words are
+    # judged. A real interruption is to be silent at the caller's ear within 250 ms of its
+    # onset; this leaves a network hop and a frame for the `clear` (0: lowered throughout).
+    lowered_hold_ms: int = 200
     # Short speech over the bot (a held bot) that is shorter than this and whose words
     # are a backchannel lets the bot go on.
     backchannel_max_ms: int = 1200

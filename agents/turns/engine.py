@@ -33,9 +33,11 @@ from agents.turns.protocol import (
     Hearing,
     Hold,
     IllegalTransition,
+    Lower,
     Reopen,
     Reprompt,
     Resume,
+    Silence,
     TurnState,
 )
 from agents.turns.text import (
@@ -68,10 +70,12 @@ __all__ = [
     "Hearing",
     "Hold",
     "IllegalTransition",
+    "Lower",
     "Overlap",
     "Reopen",
     "Reprompt",
     "Resume",
+    "Silence",
     "TurnEngine",
     "TurnState",
     "TurnTaking",
@@ -270,8 +274,11 @@ class TurnEngine:
             case TurnState.HELD | TurnState.RESUMING:
                 assert self._overlap is not None
                 self._overlap.stopped = sample
+                if self._overlap.silenced:
+                    self._overlap.silenced = False
+                    out.append(Lower())
                 # Short: a backchannel, or a short interruption (a word or two). Its
-                # words decide; the bot stays held meanwhile.
+                # words decide; the bot stays held (or lowered) meanwhile.
                 self._evaluate(sample, out)
             case _:
                 pass
@@ -302,6 +309,9 @@ class TurnEngine:
             factor = 1 if frame.echo_settled else 2
             if speech >= _samples(self.cfg.barge_in_min_speech_ms) * factor:
                 self._interrupt("barge_in", out)
+            elif overlap.silences(self.position, self.cfg):
+                overlap.silenced = True
+                out.append(Silence())
 
     def _interrupt(self, reason: str, out: list[Decision]) -> None:
         """A real interruption: the bot's turn ends; the caller's goes on."""

@@ -26,6 +26,7 @@ class Overlap:
     over_bot: int = 0  # samples while the bot was audible
     stopped: int | None = None  # where the speech stopped, when it has
     held_at: int | None = None
+    silenced: bool = False  # a lowered hold, stopped while the caller goes on
     last_loud: int | None = None  # the end of the last frame loud like a caller
     restarted: int | None = None  # where speech last began again after a stop
 
@@ -68,6 +69,15 @@ class Overlap:
         factor = 1 if echo_settled else 2
         goes_on = speech >= _samples(cfg.barge_in_min_speech_ms) * factor
         return goes_on and self.loud >= _samples(cfg.hold_min_speech_ms)
+
+    def silences(self, position: int, cfg: TurnTaking) -> bool:
+        """A lowered hold under speech gone on past a listener's noise, and loud still
+        (speech detection says speech ~80 ms past its end): it may be an interruption,
+        which is not to be talked over for long, even quietly."""
+        if cfg.hold_duck_db <= 0 or cfg.lowered_hold_ms <= 0 or self.silenced:
+            return False
+        loud_now = self.last_loud == position
+        return loud_now and position - self.start >= _samples(cfg.lowered_hold_ms)
 
 
 class RecentFrames:

@@ -22,9 +22,11 @@ __all__ = [
     "Hearing",
     "Hold",
     "IllegalTransition",
+    "Lower",
     "Reopen",
     "Reprompt",
     "Resume",
+    "Silence",
     "TurnState",
 ]
 
@@ -147,6 +149,17 @@ class Hold:
 
 
 @dataclass(frozen=True, slots=True)
+class Silence:
+    """Stop a lowered bot at the caller's ear, keeping the rest: they have talked over
+    it for longer than a listener's noise usually lasts."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lower:
+    """Play a silenced bot on, lowered, while the caller's words are judged."""
+
+
+@dataclass(frozen=True, slots=True)
 class Resume:
     """Play the rest of the held audio (and the reply still being made)."""
 
@@ -161,4 +174,6 @@ class Clear:
     reason: str
 
 
-Decision = Evaluate | DropEvaluation | Answer | Reprompt | Reopen | Hold | Resume | Clear
+Decision = (
+    Evaluate | DropEvaluation | Answer | Reprompt | Reopen | Hold | Silence | Lower | Resume | Clear
+)

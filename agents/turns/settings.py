@@ -27,6 +27,12 @@ class TurnSettings(Protocol):
     @property
     def echo_margin_db(self) -> float: ...
 
+    @property
+    def hold_duck_db(self) -> float: ...
+
+    @property
+    def hold_lowered_ms(self) -> int: ...
+
 
 def turn_taking(settings: TurnSettings) -> TurnTaking:
     """One mapping from settings to the engine's config, for the in-process cascade and
@@ -37,4 +43,6 @@ def turn_taking(settings: TurnSettings) -> TurnTaking:
         max_silence_ms=settings.end_of_turn_max_silence_ms,
         barge_in_min_speech_ms=settings.barge_in_min_speech_ms,
         echo_margin_db=settings.echo_margin_db,
+        hold_duck_db=settings.hold_duck_db,
+        lowered_hold_ms=settings.hold_lowered_ms,
     )

@@ -305,6 +305,108 @@ async def test_a_lowered_bot_that_played_out_comes_back_without_a_clear() -> Non
     assert not playback.holding
 
 
+async def test_a_lowered_bot_silenced_stops_at_the_ear_and_keeps_the_rest() -> None:
+    playback, sink, clock = _ducking(20.0)
+    await playback.play(tone(1.0, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    clock.samples = 2 * CHUNK
+    await playback.hold()
+    clears = sink.clears()
+    clock.samples = 4 * CHUNK  # 200 ms of it heard lowered
+    await playback.silence()
+    assert sink.clears() == clears + 1
+    assert not playback.audible()
+    assert playback.holding
+    assert playback.stopped_at() == 4 * CHUNK
+
+
+async def test_a_silenced_bot_lowered_again_goes_on_lowered_from_just_before_the_cut() -> None:
+    playback, sink, clock = _ducking(20.0)
+    await playback.play(tone(1.0, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    full = _level_db(sink.media())
+    clock.samples = 2 * CHUNK
+    await playback.hold()
+    clock.samples = 4 * CHUNK
+    await playback.silence()
+    clock.samples = 6 * CHUNK  # the caller stopped; nothing played meanwhile
+    await playback.lower()
+    again = _after_last_clear(sink)
+    # Nothing lost, and what played lowered before the cut comes again (at most 250 ms;
+    # its lead starts at its first sound: a zero sample or so less).
+    lead = 2 * CHUNK
+    assert sum(len(p) for p in again) == pytest.approx(PHONE_RATE - 4 * CHUNK + lead, abs=2)
+    assert _level_db(again, after_ms=10) == pytest.approx(full - 20.0, abs=1.0)
+    assert playback.holding
+    assert playback.audible()
+
+
+async def test_a_silenced_bot_resumed_plays_the_rest_at_full_level() -> None:
+    playback, sink, clock = _ducking(20.0)
+    await playback.play(tone(1.0, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    full = _level_db(sink.media())
+    clock.samples = 2 * CHUNK
+    await playback.hold()
+    clock.samples = 4 * CHUNK
+    await playback.silence()
+    await playback.resume()
+    back = _after_last_clear(sink)
+    assert _level_db(back, after_ms=10) == pytest.approx(full, abs=1.0)
+    assert not playback.holding
+    assert await _returns_within(playback.until_unheld(), 0.1)
+
+
+async def test_clauses_made_while_the_bot_is_silenced_wait_and_go_on_lowered() -> None:
+    playback, sink, clock = _ducking(20.0)
+    await playback.play(tone(0.2, TTS_RATE), TTS_RATE, "hello there", turn_id=1)
+    full = _level_db(sink.media())
+    clock.samples = CHUNK
+    await playback.hold()
+    await playback.silence()
+    sent = len(sink.media())
+    await playback.play(tone(0.2, TTS_RATE), TTS_RATE, "general kenobi", turn_id=1)
+    assert len(sink.media()) == sent  # waits with the rest
+    await playback.lower()
+    last_clause = sink.media()[-2:]
+    assert _level_db(last_clause) == pytest.approx(full - 20.0, abs=1.0)
+
+
+async def test_an_interruption_of_a_silenced_bot_counts_its_lowered_words_as_heard() -> None:
+    playback, sink, clock = _ducking(20.0)
+    await playback.play(tone(0.4, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=7)
+    clock.samples = CHUNK + CHUNK // 2  # into "two"
+    await playback.hold()
+    clock.samples = 2 * CHUNK + CHUNK // 2  # into "three", lowered
+    await playback.silence()
+    clears = sink.clears()
+    clock.samples = 4 * CHUNK
+    [heard] = await playback.clear()
+    assert sink.clears() == clears  # cleared at the silence already
+    assert heard.text == "one two"
+    assert heard.truncated
+    assert not playback.holding
+
+
+async def test_a_stopping_hold_is_not_silenced_or_lowered() -> None:
+    playback, sink, clock = _playback()
+    await playback.play(tone(1.0, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    clock.samples = 2 * CHUNK
+    await playback.hold()
+    sent = list(sink.sent)
+    await playback.silence()
+    await playback.lower()
+    assert sink.sent == sent
+    assert playback.holding
+
+
+async def test_a_bot_not_held_is_not_silenced() -> None:
+    playback, sink, _ = _ducking(20.0)
+    await playback.play(tone(1.0, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    sent = list(sink.sent)
+    await playback.silence()
+    await playback.lower()
+    assert sink.sent == sent
+    assert not playback.holding
+
+
 def test_a_duck_is_an_attenuation() -> None:
     for db in (-6.0, 31.0):
         with pytest.raises(ValueError, match="attenuation"):

@@ -4,7 +4,8 @@ The caller's part is a list of segments (speech with its level, silence); speech
 detection is a plain rule (starts after 64 ms of speech dated back to its onset, stops
 after 100 ms of quiet dated back to its end). The bot's part is a reply of a given length
 that starts playing a fixed time after the engine commits a turn, stops at a hold,
-continues at a resume and ends at a clear. Evaluations come back a fixed time after they
+continues at a resume and ends at a clear (with a duck configured, a hold lowers it, a
+silence stops it and a lower plays it on, lowered). Evaluations come back a fixed time after they
 are asked for, with what the script says the transcript and the end-of-turn model say.
 """
 
@@ -25,9 +26,11 @@ from agents.turns.engine import (
     Frame,
     Hearing,
     Hold,
+    Lower,
     Reopen,
     Reprompt,
     Resume,
+    Silence,
     TurnEngine,
     TurnTaking,
 )
@@ -99,7 +102,8 @@ class Bot:
     greeting_ms: int = 0
     remaining: int = 0  # ms of reply audio left
     starts_at: int | None = None  # ms when the pending reply becomes audible
-    held: bool = False
+    held: bool = False  # not heard while held
+    lowered: bool = False  # heard quieter while lowered
     # The reply is all made (every clause sent) this long after it becomes audible; its
     # audio plays on (made after its audio ends: the reply stalled, silent but busy).
     # None: made just as its last audio plays.
@@ -122,9 +126,8 @@ def run(
 ) -> Outcome:
     engine_events: list[tuple[int, CallEvent]] = []
     now = [0]
-    engine = TurnEngine(
-        config or TurnTaking(), emit=lambda e: engine_events.append((now[0], e)), judge=judge
-    )
+    config = config or TurnTaking()
+    engine = TurnEngine(config, emit=lambda e: engine_events.append((now[0], e)), judge=judge)
     bot = bot or Bot()
     audible_ms: list[int] = []
     out = Outcome(events=engine_events, bot_audible_ms=audible_ms)
@@ -152,11 +155,18 @@ def run(
                     bot.remaining, bot.starts_at = 0, None
                     engine.reply_done()
                 case Hold():
+                    if config.hold_duck_db > 0:
+                        bot.lowered = True
+                    else:
+                        bot.held = True
+                case Silence():
                     bot.held = True
-                case Resume():
+                case Lower():
                     bot.held = False
+                case Resume():
+                    bot.held = bot.lowered = False
                 case Clear():
-                    bot.held, bot.remaining, bot.starts_at = False, 0, None
+                    bot.held, bot.lowered, bot.remaining, bot.starts_at = False, False, 0, None
                     engine.reply_done()
 
     if bot.greeting_ms:
@@ -191,7 +201,7 @@ def run(
             noise_floor_db=floor_db,
             echo_settled=echo_settled,
             bot_audible=audible,
-            bot_level_db=BOT_DB if audible else -120.0,
+            bot_level_db=(BOT_DB - config.hold_duck_db * bot.lowered) if audible else -120.0,
         )
         apply(ms, engine.frame(frame))
         while pending_eval and pending_eval[0][0] <= ms:

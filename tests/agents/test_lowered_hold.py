@@ -1,0 +1,99 @@
+"""A hold that lowers the bot (HOLD_DUCK_DB): quiet under a listener's noise, silent
+under someone who goes on talking, on the engine's sample clock.
+
+The caller asks a question, the bot answers with 4 s of reply, and 3 s in the caller
+speaks over it. Speech detection reports a stop 100 ms after the speech's end.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+from agents.turns.engine import (
+    Answer,
+    Clear,
+    Hearing,
+    Hold,
+    Lower,
+    Resume,
+    Silence,
+    TurnTaking,
+)
+from tests.agents.turn_script import Hears, Outcome, Quiet, Say, run
+
+QUESTION = "What time do you open tomorrow?"
+OVER_BOT_MS = 3000  # the caller's onset over the reply
+LOWERED = TurnTaking(hold_duck_db=20.0, lowered_hold_ms=200)
+
+
+def _over_the_reply(speech_ms: int, words: str, config: TurnTaking = LOWERED) -> Outcome:
+    return run(
+        [Say(1500), Quiet(1500), Say(speech_ms)],
+        [
+            Hears(1600, QUESTION, probability=0.6),
+            Hears(99_000, words, probability=0.1 if len(words) < 8 else 0.8),
+        ],
+        config=config,
+    )
+
+
+def _longest_gap(out: Outcome, lo_ms: int, hi_ms: int) -> int:
+    """The longest stretch in [lo_ms, hi_ms) in which the caller heard no bot at all."""
+    assert out.bot_audible_ms is not None
+    heard = sorted(ms for ms in out.bot_audible_ms if lo_ms <= ms < hi_ms)
+    edges = [lo_ms - 20, *heard, hi_ms]
+    return max(b - a - 20 for a, b in pairwise(edges))
+
+
+def test_a_hum_shorter_than_the_lowered_hold_is_never_a_silence() -> None:
+    out = _over_the_reply(160, "Mhm.")
+    assert out.of(Hold) and out.of(Resume), out.decisions
+    assert not out.of(Silence) and not out.of(Clear), out.decisions
+    assert _longest_gap(out, OVER_BOT_MS, OVER_BOT_MS + 1000) == 0
+
+
+def test_a_longer_hum_silences_the_bot_until_it_ends_then_it_goes_on_lowered() -> None:
+    out = _over_the_reply(400, "Mhm.")
+    [silenced], [lowered] = out.at(Silence), out.at(Lower)
+    assert OVER_BOT_MS + 180 <= silenced <= OVER_BOT_MS + 200, out.decisions
+    # Lowered again as speech detection reports the stop, then judged and resumed.
+    assert lowered <= OVER_BOT_MS + 400 + 100, out.decisions
+    assert out.at(Resume) and out.at(Resume)[0] > lowered
+    assert not out.of(Clear)
+    # The silence the caller heard: from 200 ms into their hum to just after it.
+    assert _longest_gap(out, OVER_BOT_MS, OVER_BOT_MS + 1500) <= 320
+
+
+def test_a_real_interruption_of_a_lowered_bot_is_silent_within_250_ms_of_its_onset() -> None:
+    out = _over_the_reply(2000, "No wait, actually I meant Saturday.")
+    assert out.of(Silence) and out.of(Clear) and not out.of(Lower), out.decisions
+    assert not out.of(Resume)
+    # The bot, lowered from the hold, is heard for the first 200 ms of the caller's words.
+    assert out.heard_bot_between(OVER_BOT_MS, OVER_BOT_MS + 2000) <= 220
+    assert [a.text for a in out.of(Answer)][-1] == "No wait, actually I meant Saturday."
+
+
+def test_with_no_limit_the_bot_stays_lowered_until_the_words_are_judged() -> None:
+    config = TurnTaking(hold_duck_db=20.0, lowered_hold_ms=0)
+    out = _over_the_reply(400, "Mhm.", config)
+    assert out.of(Resume) and not out.of(Silence), out.decisions
+    assert _longest_gap(out, OVER_BOT_MS, OVER_BOT_MS + 1500) == 0
+
+
+def test_a_stopping_hold_is_never_silenced_or_lowered() -> None:
+    out = _over_the_reply(2000, "No wait, actually I meant Saturday.", TurnTaking())
+    assert out.of(Hold) and out.of(Clear), out.decisions
+    assert not out.of(Silence) and not out.of(Lower)
+
+
+def test_a_hum_heard_as_nothing_lowers_the_silenced_bot_and_resumes_it() -> None:
+    out = run(
+        [Say(1500), Quiet(1500), Say(400)],
+        [
+            Hears(1600, QUESTION, probability=0.6),
+            Hears(99_000, "", probability=0.1, hearing=Hearing.NOTHING),
+        ],
+        config=LOWERED,
+    )
+    assert out.of(Silence) and out.of(Lower) and out.of(Resume), out.decisions
+    assert not out.of(Clear)
