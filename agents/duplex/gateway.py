@@ -266,8 +266,7 @@ class DuplexAgent:
                     self._overlap = None  # never loud enough: the echo, or the room
                 elif self.playback.holding:
                     self._speech_stopped_at = time.perf_counter()
-                    if self._overlap is not None and self._overlap.silenced:
-                        self._overlap.silenced = False
+                    if self._overlap is not None and self._overlap.lowers_again():
                         await self.playback.lower()
         overlap = self._overlap
         if overlap is None:

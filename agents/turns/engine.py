@@ -274,8 +274,7 @@ class TurnEngine:
             case TurnState.HELD | TurnState.RESUMING:
                 assert self._overlap is not None
                 self._overlap.stopped = sample
-                if self._overlap.silenced:
-                    self._overlap.silenced = False
+                if self._overlap.lowers_again():
                     out.append(Lower())
                 # Short: a backchannel, or a short interruption (a word or two). Its
                 # words decide; the bot stays held (or lowered) meanwhile.

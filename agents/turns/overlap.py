@@ -27,6 +27,7 @@ class Overlap:
     stopped: int | None = None  # where the speech stopped, when it has
     held_at: int | None = None
     silenced: bool = False  # a lowered hold, stopped while the caller goes on
+    lowered_again: bool = False  # ...and played on lowered at a stop of theirs
     last_loud: int | None = None  # the end of the last frame loud like a caller
     restarted: int | None = None  # where speech last began again after a stop
 
@@ -78,6 +79,16 @@ class Overlap:
             return False
         loud_now = self.last_loud == position
         return loud_now and position - self.start >= _samples(cfg.lowered_hold_ms)
+
+    def lowers_again(self) -> bool:
+        """Whether a silenced bot plays on lowered now that the speech stopped, while its
+        words are judged. Once: a caller who speaks again after that is talking, not
+        humming, and the bot stays silent in their next pauses (between words, it
+        came back ~100 ms at a time)."""
+        if not self.silenced or self.lowered_again:
+            return False
+        self.silenced, self.lowered_again = False, True
+        return True
 
 
 class RecentFrames:

@@ -97,3 +97,22 @@ def test_a_hum_heard_as_nothing_lowers_the_silenced_bot_and_resumes_it() -> None
     )
     assert out.of(Silence) and out.of(Lower) and out.of(Resume), out.decisions
     assert not out.of(Clear)
+
+
+def test_a_caller_who_goes_on_after_being_lowered_under_is_not_lowered_under_again() -> None:
+    # "I don't | understand | why": the bot came back, lowered, in each gap between words.
+    out = run(
+        [Say(1500), Quiet(1500), Say(400), Quiet(200), Say(300), Quiet(200), Say(300)],
+        [
+            Hears(1600, QUESTION, probability=0.6),
+            Hears(3500, "", probability=0.1, hearing=Hearing.NOTHING),  # no words yet
+            Hears(99_000, "I don't understand why.", probability=0.8),
+        ],
+        config=LOWERED,
+    )
+    assert len(out.of(Lower)) == 1, out.decisions
+    assert len(out.of(Silence)) == 2, out.decisions
+    assert out.of(Clear) and not out.of(Resume), out.decisions
+    # Until it was cleared: lowered under the first 200 ms, and in the first gap only.
+    cleared = out.at(Clear)[0]
+    assert out.heard_bot_between(OVER_BOT_MS, cleared) <= 200 + 300
