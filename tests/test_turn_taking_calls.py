@@ -7,6 +7,8 @@ for again, and a goodbye gets a goodbye. Times are the simulator's, at the calle
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -128,9 +130,10 @@ async def test_a_ducking_bot_goes_on_quietly_under_a_backchannel(ducking_bot: Bo
     held = [c for c in report.clears if turn.speech_start_ms <= c <= turn.speech_end_ms + 1000]
     assert held, "the bot was not held"
     # Lowered, and silenced at most while the "okay" goes on past 200 ms: the caller
-    # never hears the greeting stop for 300 ms, and it takes no longer to hear than its
-    # length, that silence and the moment replayed before it (a stopped bot adds ~1 s).
-    assert len(report.bot_utterances) == 1, report.bot_utterances
+    # never hears the greeting stop for long (a stopped bot pauses ~0.8-1 s), and it
+    # takes no longer to hear than its length, that silence and the moment replayed.
+    gaps = [later[0] - earlier[1] for earlier, later in pairwise(report.bot_utterances)]
+    assert max(gaps, default=0.0) < 500, report.bot_utterances
     heard_for = report.bot_utterances[-1][1] - report.bot_utterances[0][0]
     assert heard_for <= greeting_ms(ducking_bot) + 600, (heard_for, greeting_ms(ducking_bot))
 
