@@ -305,28 +305,28 @@ async def test_a_lowered_bot_that_played_out_comes_back_without_a_clear() -> Non
     assert not playback.holding
 
 
-async def test_a_lowered_bot_silenced_stops_at_the_ear_and_keeps_the_rest() -> None:
+async def _silenced() -> tuple[Playback, RecordingSink, Clock, float]:
+    """A second of reply, lowered 200 ms in and silenced 200 ms later; and its level."""
     playback, sink, clock = _ducking(20.0)
     await playback.play(tone(1.0, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
+    full = _level_db(sink.media())
     clock.samples = 2 * CHUNK
     await playback.hold()
-    clears = sink.clears()
     clock.samples = 4 * CHUNK  # 200 ms of it heard lowered
     await playback.silence()
-    assert sink.clears() == clears + 1
+    return playback, sink, clock, full
+
+
+async def test_a_lowered_bot_silenced_stops_at_the_ear_and_keeps_the_rest() -> None:
+    playback, sink, _, _ = await _silenced()
+    assert sink.clears() == 2  # the hold's and the silence's
     assert not playback.audible()
     assert playback.holding
     assert playback.stopped_at() == 4 * CHUNK
 
 
 async def test_a_silenced_bot_lowered_again_goes_on_lowered_from_just_before_the_cut() -> None:
-    playback, sink, clock = _ducking(20.0)
-    await playback.play(tone(1.0, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
-    full = _level_db(sink.media())
-    clock.samples = 2 * CHUNK
-    await playback.hold()
-    clock.samples = 4 * CHUNK
-    await playback.silence()
+    playback, sink, clock, full = await _silenced()
     clock.samples = 6 * CHUNK  # the caller stopped; nothing played meanwhile
     await playback.lower()
     again = _after_last_clear(sink)
@@ -340,13 +340,7 @@ async def test_a_silenced_bot_lowered_again_goes_on_lowered_from_just_before_the
 
 
 async def test_a_silenced_bot_resumed_plays_the_rest_at_full_level() -> None:
-    playback, sink, clock = _ducking(20.0)
-    await playback.play(tone(1.0, TTS_RATE), TTS_RATE, FOUR_WORDS, turn_id=1)
-    full = _level_db(sink.media())
-    clock.samples = 2 * CHUNK
-    await playback.hold()
-    clock.samples = 4 * CHUNK
-    await playback.silence()
+    playback, sink, _, full = await _silenced()
     await playback.resume()
     back = _after_last_clear(sink)
     assert _level_db(back, after_ms=10) == pytest.approx(full, abs=1.0)
