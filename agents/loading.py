@@ -27,6 +27,7 @@ from agents.cascade.tts import PiperSpeaker
 from agents.cascade.turn_evaluator import EndOfTurn
 from agents.cascade.words_judge import LlamaWordsJudge
 from agents.config import ModelSettings, shown_url
+from agents.turns.config import FusedWeights, TurnTaking
 from media.turn import EndOfTurnModel
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,9 @@ async def load_models(
     voice = Path(settings.tts_voice) if settings.tts_voice else None
     if voice is None:
         voice = await asyncio.to_thread(cache.path, "piper-joe-medium")
-    turn_model = await asyncio.to_thread(cache.path, "smart-turn-v3.2")
+    turn_model = None
+    if smart_turn_needed(settings.turn_judge):
+        turn_model = await asyncio.to_thread(cache.path, "smart-turn-v3.2")
 
     llm, health = await load_language_model(settings, stack, llm_servers or settings.llm_servers)
     words_judge: LlamaWordsJudge | HostedWordsJudge | None = None
@@ -64,15 +67,16 @@ async def load_models(
         gguf = await asyncio.to_thread(cache.path, "smollm2-135m-instruct")
         words_judge = await asyncio.to_thread(LlamaWordsJudge, gguf, threads=threads)
         stack.callback(words_judge.close)
-    stt, tts, eot = await asyncio.gather(
+    stt, tts = await asyncio.gather(
         asyncio.to_thread(
             WhisperTranscriber, stt_dir, threads=threads, language=settings.stt_language
         ),
         asyncio.to_thread(PiperSpeaker, voice, threads=threads, speed=settings.tts_speed),
-        asyncio.to_thread(EndOfTurnModel, turn_model, threads=1),
     )
     # EndOfTurn is a Protocol: media's model (below agents) satisfies it by its shape.
-    end_of_turn: EndOfTurn = eot
+    end_of_turn: EndOfTurn | None = None
+    if turn_model is not None:
+        end_of_turn = await asyncio.to_thread(EndOfTurnModel, turn_model, threads=1)
     # A server per call (the embedded default) lets every call draft its replies; one
     # the local workers write on too is not the calls' own.
     servers = len(llm.members) if isinstance(llm, ChatPool) else 1
@@ -91,6 +95,14 @@ async def load_models(
             models.canned[line] = await asyncio.to_thread(tts.synthesize, line)
     await _warm_up(models, settings)
     return models
+
+
+def smart_turn_needed(turn_judge: str, fused: FusedWeights | None = None) -> bool:
+    """Whether a call's turn judge under `turn_judge` ever runs Smart Turn: the voice
+    judge does; the fused judge only where its fitted weights (`fused`, the shipped ones
+    by default) count it, even on turns the words judge cannot score. The shipped ones
+    do not (agents/turns/config.py), so a process that never runs it does not load it."""
+    return turn_judge != "words" or (fused or TurnTaking().fused).hears_the_voice
 
 
 async def load_language_model(
@@ -247,7 +259,8 @@ async def _warm_up(models: CascadeModels, settings: ModelSettings) -> None:
     """
     silence = np.zeros(16000, dtype=np.float32)
     await asyncio.to_thread(models.stt.transcribe, silence)
-    await asyncio.to_thread(models.end_of_turn.predict, silence)
+    if models.end_of_turn is not None:
+        await asyncio.to_thread(models.end_of_turn.predict, silence)
     if models.words_judge is not None:
         judge = models.words_judge
         # A hosted server's first answer may be slow (a connection to set up, a model
@@ -261,7 +274,7 @@ async def _warm_up(models: CascadeModels, settings: ModelSettings) -> None:
             await asyncio.to_thread(check, settings.greeting, "Hello")
         except HostedJudgeError as exc:
             # Configured and unable to judge: a failed start, not a server whose every
-            # turn falls back on the rules.
+            # turn falls back on the silence.
             raise HostedJudgeError(
                 f"the words judge at TURN_JUDGE_URL cannot judge: {exc}"
             ) from exc

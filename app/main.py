@@ -18,7 +18,7 @@ from agents.cascade.agent import CascadeModels
 from agents.cascade.hosted_words_judge import HostedJudgeError
 from agents.cascade.llm_server import LlmStartError
 from agents.duplex.supervisor import WorkerSupervisor
-from agents.loading import load_models
+from agents.loading import load_models, smart_turn_needed
 from app.admission import Reservation
 from app.call import CallSession
 from app.call_owners import EarlyReport
@@ -312,7 +312,11 @@ async def _start_record(services: Services, start: Start, record: str) -> CallRe
                 "stt": settings.stt_model,
                 "llm": settings.llm_model or (settings.llm_gguf or "smollm2-135m-instruct"),
                 "tts": settings.tts_voice or "piper-joe-medium",
-                "end_of_turn": "smart-turn-v3.2",
+                **(
+                    {"end_of_turn": "smart-turn-v3.2"}
+                    if smart_turn_needed(settings.turn_judge)
+                    else {}
+                ),
             },
         },
     }

@@ -227,17 +227,19 @@ class Settings:
         "VAD_THRESHOLD", 0.5, "Silero speech probability that starts speech."
     )
     end_of_turn_threshold: float = _env_field(
-        "END_OF_TURN_THRESHOLD", 0.5, "Smart Turn probability that calls a turn complete."
+        "END_OF_TURN_THRESHOLD",
+        0.5,
+        "With TURN_JUDGE=voice: the Smart Turn probability that calls a turn complete.",
     )
     end_of_turn_min_silence_ms: int = _env_field(
         "END_OF_TURN_MIN_SILENCE_MS",
         200,
-        "Silence after speech before the end-of-turn model is asked.",
+        "With TURN_JUDGE=voice: the pause that ends a turn Smart Turn is sure of.",
     )
     end_of_turn_max_silence_ms: int = _env_field(
         "END_OF_TURN_MAX_SILENCE_MS",
         1000,
-        "Silence that ends the turn even when the model thinks the caller is not done.",
+        "The pause that ends any other turn (with TURN_JUDGE=words: one it could not score).",
     )
     barge_in_min_speech_ms: int = _env_field(
         "BARGE_IN_MIN_SPEECH_MS",
@@ -286,8 +288,10 @@ class Settings:
         "words",
         "Who decides the caller has finished: 'words' (the embedded SmolLM2 reads the words "
         "so far after the bot's last line and sets the pause, 0.2-1.8 s; ~70 ms per check "
-        "on 2 cores; the END_OF_TURN_* settings then apply only to turns it could not "
-        "score) or 'rules' (Smart Turn, Whisper's punctuation and closed word classes).",
+        "on 2 cores; turns it could not score wait END_OF_TURN_MAX_SILENCE_MS; Smart Turn, "
+        "which its weights do not count, is not loaded) or 'voice' "
+        "(Smart Turn and the silence: the END_OF_TURN_* settings; no words judge loaded). "
+        "'rules', the word lists this replaced, is gone: a failed start.",
     )
     turn_judge_url: str = _env_field(
         "TURN_JUDGE_URL",
@@ -320,7 +324,7 @@ class Settings:
     llm_drafts: bool = _env_field(
         "LLM_DRAFTS",
         True,
-        "Start writing the reply while a statement's pause is waited out; thrown away if "
+        "Start writing the reply while the end of turn's pause is waited out; thrown away if "
         "the caller goes on (a hosted LLM bills those tokens too).",
     )
     llm_timeout_s: float = _env_field(

@@ -43,8 +43,13 @@ def check_values(s: Settings) -> None:
         raise SettingsError("END_OF_TURN_MAX_SILENCE_MS must be >= END_OF_TURN_MIN_SILENCE_MS")
     if not 200 <= s.unit_ms <= 2000:
         raise SettingsError(f"UNIT_MS must be within 200..2000, got {s.unit_ms}")
-    if s.turn_judge not in ("words", "rules"):
-        raise SettingsError(f"TURN_JUDGE must be 'words' or 'rules', got {s.turn_judge!r}")
+    if s.turn_judge == "rules":
+        raise SettingsError(
+            "TURN_JUDGE=rules is gone: its word lists were fitted to our own benchmark "
+            "sentences. Use 'words' (the default) or 'voice' (Smart Turn and the silence)"
+        )
+    if s.turn_judge not in ("words", "voice"):
+        raise SettingsError(f"TURN_JUDGE must be 'words' or 'voice', got {s.turn_judge!r}")
     if s.turn_judge_url and s.turn_judge != "words":
         # Set for a judge that would never be asked: say so rather than ignore it.
         raise SettingsError("TURN_JUDGE_URL runs the words judge: it needs TURN_JUDGE=words")

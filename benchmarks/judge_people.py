@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from agents.turns.config import TurnTaking
-from agents.turns.judge import FusedJudge, TextRulesJudge
+from agents.turns.judge import FusedJudge, TurnJudge, VoiceJudge
 from benchmarks.judge import (
     EVAL_TAIL_MS,
     Listeners,
@@ -150,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         f"of {config.min_silence_ms} ms or more inside them, Whisper {settings.stt_model}",
         file=sys.stderr,
     )
-    judges: dict[str, TextRulesJudge | FusedJudge] = {
-        "text rules": TextRulesJudge(config),
+    judges: dict[str, TurnJudge] = {
+        "voice (Smart Turn, silence)": VoiceJudge(config),
+        "silence only": VoiceJudge(config, smart_turn=False),
         "fused, shipped weights": FusedJudge(config),
     }
     rng = np.random.default_rng(seed)

@@ -14,6 +14,7 @@ import pytest
 
 from agents.cascade.agent import DEFAULT_FAREWELL, DEFAULT_REPROMPT, CascadeModels
 from agents.conversation import Speaker
+from agents.loading import load_models
 from ops.caller_voice import CallerVoice, speak
 from ops.local_server import ServerThread
 from ops.simulate import CallerTurn, CallReport
@@ -23,10 +24,14 @@ from tests.conftest import (
     INTERRUPTION,
     ONE_REPLY_GAP_MS,
     Bot,
+    finished_record,
     greeting_ms,
     place_call,
     recorded_turns,
     start_bot,
+)
+from tests.conftest import (
+    test_settings as settings_for_tests,
 )
 
 pytestmark = pytest.mark.timeout(240)
@@ -153,3 +158,38 @@ async def test_a_ducking_bot_is_silenced_by_a_real_interruption(ducking_bot: Bot
     assert heard_until <= quiet_until < onset + 400, (onset, heard_until, quiet_until)
     greeting = (await recorded_turns(ducking_bot, report.call_sid))[0]
     assert greeting.truncated
+
+
+# --- a bot without a words judge (TURN_JUDGE=voice) ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def voice_bot(servers: ServerThread) -> Bot:
+    settings = settings_for_tests(turn_judge="voice")
+    models = servers.run(load_models(settings, servers.stack), timeout=600)
+    return start_bot(servers, models, twilio_auth_token=AUTH_TOKEN, turn_judge="voice")
+
+
+def test_smart_turn_is_loaded_only_by_a_bot_whose_judge_weighs_it(bot: Bot, voice_bot: Bot) -> None:
+    # The default judge reads the words; its shipped weights give Smart Turn none.
+    assert bot.services.models is not None and bot.services.models.end_of_turn is None
+    assert voice_bot.services.models is not None
+    assert voice_bot.services.models.words_judge is None
+    assert voice_bot.services.models.end_of_turn is not None
+
+
+@pytest.mark.slow  # loads its own models
+async def test_a_bot_without_a_words_judge_answers_on_smart_turn_and_the_silence(
+    voice_bot: Bot,
+) -> None:
+    report = await place_call(
+        voice_bot,
+        CallerTurn(text="Can you tell me when the library opens tomorrow?", after="bot_done"),
+        hangup_after_ms=6000,
+    )
+
+    assert report.turns[0].latency_ms is not None, "the question got no answer"
+    record = await finished_record(voice_bot, report.call_sid)
+    assert record.meta["versions"]["models"]["end_of_turn"] == "smart-turn-v3.2"
+    [decision, *_] = [e for e in record.timeline() if e["event"] == "end_of_turn"]
+    assert decision["probability"] is not None and decision["words"] is None

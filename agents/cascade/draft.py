@@ -1,12 +1,12 @@
 """A reply written while the turn engine waits out a pause that may end the caller's turn.
 
-A statement is answered after 700 ms of quiet, a long turn after 1-1.2 s (a sentence can
-be the first of several). The words are known long before that: Whisper runs at the
-pause's start. So the LLM starts on them at once, and its first clause is synthesised
-(into the speaker's cache); if the turn ends with those same words, the reply starts
-from what is already written, and the wait is no longer followed by the LLM's and the
-TTS's. If the caller goes on, the draft is thrown away (and llama.cpp keeps the prompt's
-prefix in its cache, so even a long reading's final prompt is mostly prefilled).
+A turn the judge is unsure of is answered only after up to 1.8 s of quiet (the sentence
+may go on). The words are known long before that: Whisper runs at the pause's start. So
+the LLM starts on them at once, and its first clause is synthesised (into the speaker's
+cache); if the turn ends with those same words, the reply starts from what is already
+written, and the wait is no longer followed by the LLM's and the TTS's. If the caller
+goes on, the draft is thrown away (and llama.cpp keeps the prompt's prefix in its cache,
+so even a long reading's final prompt is mostly prefilled).
 """
 
 from __future__ import annotations

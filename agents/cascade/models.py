@@ -25,7 +25,8 @@ class CascadeModels:
     stt: SpeechToText
     tts: TextToSpeech
     llm: ChatModel
-    end_of_turn: EndOfTurn
+    # Smart Turn; None where no judge of this process weighs it (`smart_turn_needed`).
+    end_of_turn: EndOfTurn | None
     # Pre-synthesised lines, so the greeting is instant and the apology works even when
     # the TTS is the backend that failed.
     canned: dict[str, np.ndarray] = field(default_factory=dict)
@@ -35,5 +36,5 @@ class CascadeModels:
     drafts: DraftBoard = field(default_factory=DraftBoard)
     # Whether the LLM can answer now (readiness); None: not watched (tests' own models).
     llm_health: LlmHealth | None = None
-    # Reads the caller's words for "finished?" (TURN_JUDGE=words); None: the rules judge.
+    # Reads the caller's words for "finished?" (TURN_JUDGE=words); None: Smart Turn and the silence.
     words_judge: WordsJudge | None = None

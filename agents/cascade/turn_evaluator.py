@@ -86,7 +86,7 @@ class TurnEvaluator:
     def __init__(
         self,
         *,
-        end_of_turn: EndOfTurn,
+        end_of_turn: EndOfTurn | None,
         stt: SpeechToText,
         run: ModelRun,
         utterance_start: Callable[[], int] = lambda: 0,
@@ -99,11 +99,15 @@ class TurnEvaluator:
         superseded evaluation's words are kept only while its turn goes on. `words`:
         the words judge, asked once Whisper has heard words, with `bot_line()` (what the
         caller last heard the bot say) as their context. `voice`: the turn judge weighs
-        Smart Turn's score beside the words judge's; when it does not, Smart Turn runs
-        only on turns the words judge cannot score (with no words judge, on all)."""
+        Smart Turn's score (with no words judge, always); when it does not, Smart Turn is
+        not run at all: neither beside the words judge nor on turns it cannot score,
+        which then wait on the silence (agents/turns/judge.py). `end_of_turn`: Smart
+        Turn, None where the process did not load it because no judge of its weighs it."""
         self.end_of_turn = end_of_turn
         self.words = words
         self.voice = voice or words is None
+        if self.voice and end_of_turn is None:
+            raise ValueError("this turn judge weighs Smart Turn, and it was not loaded")
         self._bot_line = bot_line
         self._utterance_start = utterance_start
         self.stt = stt
@@ -207,8 +211,7 @@ class TurnEvaluator:
     ) -> Evaluation | BackendError:
         """Whisper on what `before` has not transcribed (`new_audio`, its long pauses
         shortened), then the words judge, with Smart Turn on the utterance (`audio`, as
-        it was said) beside Whisper when its score counts (see `voice`), or after the
-        words judge when that has no score.
+        it was said) beside Whisper when its score counts (see `voice`).
 
         Smart Turn is left out when it would not count because on a small CPU it runs
         beside Whisper, on the same cores, while the caller waits for the answer.
@@ -237,16 +240,9 @@ class TurnEvaluator:
             try:
                 words = await self._run("turn_words", self.words.complete, self._bot_line(), text)
             except Exception as exc:
-                # An extra opinion, not the turn: without it the judge falls back on the
-                # rules, and the caller's words are still answered.
+                # An extra opinion, not the turn: without it the turn waits on the
+                # silence, and the caller's words are still answered.
                 log.warning("the words judge failed (%s); judging this turn without it", exc)
-        if probability is None and words is None:
-            # No words score (no words heard, or the judge failed): the voice is what is
-            # left to go on.
-            try:
-                probability = await self._smart_turn(audio)
-            except BackendError as exc:
-                return exc
         return Evaluation(
             end=ticket.end,
             probability=None if probability is None else float(probability),
@@ -261,8 +257,10 @@ class TurnEvaluator:
     async def _smart_turn(self, audio: np.ndarray) -> float:
         """The end-of-turn model's score; its failures (onnxruntime's own errors) raised
         as a BackendError of the end-of-turn stage."""
+        model = self.end_of_turn
+        assert model is not None  # `voice` is only set with the model (see __init__)
         try:
-            return await self._run("end_of_turn", self.end_of_turn.predict, audio)
+            return await self._run("end_of_turn", model.predict, audio)
         except BackendError:
             raise
         except Exception as exc:

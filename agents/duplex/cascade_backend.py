@@ -136,7 +136,7 @@ class CascadeDuplexBackend:
         stt: SpeechToText,
         tts: TextToSpeech,
         llm: ChatModel,
-        end_of_turn: EndOfTurn,
+        end_of_turn: EndOfTurn | None,
         vad_factory: Callable[[], StreamingVad],
         config: CascadeDuplexConfig | None = None,
         words_judge: WordsJudge | None = None,

@@ -38,33 +38,19 @@ class TurnTaking:
     """Every turn-taking setting; both agents read all of them."""
 
     end_of_turn_threshold: float = 0.5
-    min_silence_ms: int = 200  # a finished-sounding turn is answered after this pause
-    max_silence_ms: int = 1000  # ...and any turn after this one
-    # A turn whose words stop where a sentence cannot (on a preposition, an "and...") is
-    # given this long: people pause mid-sentence for up to ~1.5 s to think or read. No
-    # longer: a finished turn Whisper mishears as unfinished (a short closing on espeak,
-    # heard as words that dangle) then still gets its reply inside 2 s; at 2 s every
-    # such turn was dead air.
-    unfinished_max_silence_ms: int = 1700
-    # ...and its reply is drafted from this far into that wait: should the wait run
-    # out, the first clause is written and spoken by then (first token ~0.3 s, Piper's
-    # first clause ~0.35 s), and the hanging turn is not 2.4 s of dead air.
+    # Without a words score (agents/turns/judge.py VoiceJudge): a turn Smart Turn is sure
+    # of is answered after this pause, and any other after the longer one.
+    min_silence_ms: int = 200
+    max_silence_ms: int = 1000
+    # A reply is drafted from words that stop where a sentence cannot (on a preposition,
+    # an "and...") only this far into the pause: mostly the caller goes on, but should
+    # the judge's wait run out, the first clause is written and spoken by then (first
+    # token ~0.3 s, Piper's first clause ~0.35 s).
     unfinished_draft_after_ms: int = 900
-    # A statement (not a question) waits this long: a sentence can be the first of
-    # several...
+    # No caller's mid-sentence pause shorter than this raises the patience: a judge
+    # unsure of a turn waits at least this long anyway. (The duplex gateway also gives
+    # a worker this long, after a held overlap's speech ends, to say whose turn it is.)
     statement_min_silence_ms: int = 700
-    # ...and one it is sure of, unless it is a short answer of this many words at most.
-    short_answer_words: int = 3
-    # Someone talking for this long (reading out, explaining) pauses between sentences
-    # that each sound finished: only a question, or this much quiet, ends the turn...
-    long_turn_s: float = 3.0
-    long_turn_min_silence_ms: int = 1000
-    # ...and this much once they have said this many sentences, or said they will go
-    # on: a reader's pauses run to ~1 s. Not sooner: two sentences are as often a
-    # statement and its afterthought, and 1.2 s there put a quarter of 4 concurrent
-    # calls' turns past 1.5 s.
-    reading_sentences: int = 3
-    reading_min_silence_ms: int = 1200
     # Speech over the bot this long is an interruption whatever its words (backchannels
     # like "uh-huh, yeah" run to ~900 ms; the bot is held from the first words anyway).
     barge_in_min_speech_ms: int = 1000
@@ -73,7 +59,9 @@ class TurnTaking:
     # ...and this long while the echo canceller is still learning the echo path (the
     # bot's first ~2 s on a line with echo): its echo comes back in runs of up to ~550 ms.
     hold_unsettled_ms: int = 600
-    # A hold lowers the bot this many dB instead of stopping it (0: it stops)...
+    # A hold lowers the bot this many dB instead of stopping it (0: it stops)... The
+    # engine's own defaults stop, as its unit tests specify; the app's settings lower
+    # (HOLD_DUCK_DB 12 dB, HOLD_LOWERED_MS 120 ms: docs/benchmarks.md, `turns`).
     hold_duck_db: float = 0.0
     # ...until the caller has talked over it this long from their onset: then it is
     # silenced while they go on, and lowered again when they stop, until their words are
@@ -140,9 +128,10 @@ class TurnTaking:
     digit_timeout_ms: int = 800
     # The fused judge's parameters (agents/turns/judge.py): fitted by `python -m
     # benchmarks judge` (seed 714500, Whisper tiny.en) on the tuning pool of 240 fresh
-    # corpus lines, for the fewest cut-offs at the rules judge's own mean wait there
-    # (772 ms). The words tip from "goes on" to "finished" at a score of ~0.03; Smart
-    # Turn got no weight (on synthetic voices it scores mid-sentence pauses above ends).
+    # corpus lines, for the fewest cut-offs at the word-list judge's mean wait there
+    # (772 ms; that judge is retired). The words tip from "goes on" to "finished" at a
+    # score of ~0.03; Smart Turn got no weight (on synthetic voices it scores
+    # mid-sentence pauses above ends).
     fused: FusedWeights = FusedWeights(
         bias=6.84, words=2.0, smart_turn=0.0, sure_wait_ms=200, unsure_wait_ms=1800
     )

@@ -2,9 +2,8 @@
 
 A caller who goes on after a pause the bot took for their turn's end (before its reply
 was heard, or cutting into the reply too soon to be answering its words) has shown how
-long they pause. Their next turn carries on from the answered one, so a reader's pauses
-stay a reader's, and from then on no statement is answered before that pause and a
-margin more (the patience the judge reads). An early correction ("no, ...") is an
+long they pause: from then on no turn the judge is unsure of is answered before that
+pause and a margin more (the patience the judge reads). An early correction ("no, ...") is an
 interruption, a turn of its own, and shows no pause.
 """
 
@@ -16,22 +15,12 @@ from collections.abc import Callable, Iterable
 from agents.turns.config import TurnTaking
 from agents.turns.judge import Said
 from agents.turns.protocol import Evaluation, Frame, Hearing
-from agents.turns.text import announces_more, opens_an_interruption, sentences
+from agents.turns.text import opens_an_interruption
 from callevents import CallEvent, PatienceRaised
 
-__all__ = ["Continuation", "said_of"]
+__all__ = ["Continuation"]
 
 RATE = 16000
-
-
-def said_of(text: str, start: int, end: int) -> Said:
-    """What words said from `start` to `end` (samples) amount to as a turn."""
-    return Said(
-        end=end,
-        sentences=len(sentences(text)),
-        length_s=(end - start) / RATE,
-        announced=announces_more(text),
-    )
 
 
 class Continuation:
@@ -47,7 +36,6 @@ class Continuation:
         self._heard = 0
         self._resumed_at: int | None = None  # the caller's first speech over that reply
         self._continues: Said | None = None  # the answered turn an overlap may go on
-        self._carried: Said | None = None  # the answered turn this turn goes on from
         # The pause a carried turn showed: learnt once its words say it goes on.
         self._carried_pause: int | None = None
         # The caller's longest pause the bot answered into, and a margin more.
@@ -105,10 +93,8 @@ class Continuation:
 
     def took_floor(self, onset: int) -> None:
         """The caller took the floor with speech that began at `onset`: if it may go on
-        from the answered turn, carry that turn, and its pause until the words say
-        (`judged`)."""
+        from the answered turn, keep the pause it showed until the words say (`judged`)."""
         if self._continues is not None:
-            self._carried = self._continues
             self._carried_pause = (self._resumed_at or onset) - self._continues.end
         self._continues = None
         self.answered = None
@@ -116,7 +102,6 @@ class Continuation:
     # --- the caller's next turn ----------------------------------------------------------
 
     def new_turn(self) -> None:
-        self._carried = None
         self._carried_pause = None
 
     def judged(self, result: Evaluation) -> None:
@@ -126,24 +111,8 @@ class Continuation:
         if pause is None or result.hearing is not Hearing.HEARD or not result.text.strip():
             return
         self._carried_pause = None
-        if opens_an_interruption(result.text):
-            self._carried = None
-        else:
+        if not opens_an_interruption(result.text):
             self._learn_pause(pause)
-
-    def said(self, text: str, start: int, end: int) -> Said:
-        """The caller's turn from `start` to `end`, with the answered turn it carries on
-        from."""
-        own = said_of(text, start, end)
-        before = self._carried
-        if before is None:
-            return own
-        return Said(
-            end=end,
-            sentences=before.sentences + own.sentences,
-            length_s=before.length_s + own.length_s,
-            announced=before.announced or own.announced,
-        )
 
     def _learn_pause(self, pause: int) -> None:
         """The caller went on after a pause this long: wait that out from now on (a

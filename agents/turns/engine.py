@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agents.turns.config import TurnTaking
-from agents.turns.continuation import Continuation, said_of
-from agents.turns.judge import Said, TextRulesJudge, TurnJudge, TurnSoFar
+from agents.turns.continuation import Continuation
+from agents.turns.judge import FusedJudge, Said, TurnJudge, TurnSoFar
 from agents.turns.overlap import Overlap, RecentFrames, lets_the_bot_go_on
 from agents.turns.protocol import (
     Answer,
@@ -118,14 +118,13 @@ class TurnEngine:
         self, config: TurnTaking, *, emit: EventSink | None = None, judge: TurnJudge | None = None
     ) -> None:
         self.cfg = config
-        self.judge: TurnJudge = judge or TextRulesJudge(config)
+        self.judge: TurnJudge = judge or FusedJudge(config)
         self._emit_to = emit
         self.state = TurnState.LISTENING
         self.position = 0
         self.speaking = False  # the caller's speech run is on
         self._echo_settled = True  # the front end's canceller, at the latest frame
         self._speech_start = 0
-        self._cut_in = False  # this turn took the floor from the bot (see _interrupt)
         self._utterance_start = 0  # first sample of the caller's turn (with preroll)
         self._speech_in_turn = 0  # samples of speech in the turn, pauses excluded
         self._speech_end: int | None = None
@@ -318,10 +317,6 @@ class TurnEngine:
         onset = None if self._overlap is None else self._overlap.start
         self._overlap = None
         self._bot_busy = False
-        # Someone who cuts in mostly goes on after their first words, which need not be
-        # words we know: under babble Whisper made another short phrase of an opening
-        # like that, and the bot answered it as a short answer into the pause.
-        self._cut_in = True
         if onset is not None:
             self._answered.took_floor(onset)
         self._to(TurnState.CALLER)
@@ -445,11 +440,10 @@ class TurnEngine:
         self._emit_end_of_turn(result, silence_ms)
         speech_ms = _ms(self._speech_in_turn)
         start, end = self._utterance_start, result.end
-        said = self._answered.said(result.text, self._utterance_start, end)
         self._drop_utterance()
         heard = result.hearing is Hearing.HEARD
         if heard and result.text.strip():
-            self._commit(result.text.strip(), start, end, silence_ms, said, out)
+            self._commit(result.text.strip(), start, end, silence_ms, out)
         elif result.hearing is Hearing.UNCLEAR or (
             heard and speech_ms >= self.cfg.min_reprompt_speech_ms
         ):
@@ -473,14 +467,13 @@ class TurnEngine:
         start: int,
         end: int,
         silence_ms: int,
-        said: Said,
         out: list[Decision],
         *,
         reopens: bool = True,
     ) -> None:
         """Answer the caller's turn. `reopens`: a caller going on before the reply is
         heard continues this turn from `start` (its audio is still kept)."""
-        self._answered.answer(said, at=self.position)
+        self._answered.answer(Said(end=end), at=self.position)
         out.append(
             Answer(
                 text=text, start=start, end=end, silence_ms=silence_ms, farewell=is_farewell(text)
@@ -498,10 +491,9 @@ class TurnEngine:
         silence_ms = _ms(self.position - result.end)
         self._emit_end_of_turn(result, silence_ms)
         text = result.text.strip()
-        said = said_of(text, words.start, result.end)
         # Said over the bot, whose audio the driver keeps less of: a caller going on before
         # the reply is heard starts a turn of their own, and these words stay answered.
-        self._commit(text, words.start, result.end, silence_ms, said, out, reopens=False)
+        self._commit(text, words.start, result.end, silence_ms, out, reopens=False)
 
     def _emit_end_of_turn(self, result: Evaluation, silence_ms: int) -> None:
         self._emit(
@@ -519,9 +511,7 @@ class TurnEngine:
     def _complete(self, result: Evaluation, silence_ms: int) -> bool:
         turn = TurnSoFar(
             result=result,
-            said=self._answered.said(result.text, self._utterance_start, result.end),
             run_s=(result.end - self._speech_start) / RATE,
-            cut_in=self._cut_in,
             patience_ms=self._answered.patience_ms,
         )
         return self.judge.ends_turn(turn, silence_ms)
@@ -541,7 +531,6 @@ class TurnEngine:
 
     def _begin_utterance(self, speech_start: int) -> None:
         self._utterance_start = max(0, speech_start - _samples(self.cfg.preroll_ms))
-        self._cut_in = False  # the turn took the floor from the bot
         self._answered.new_turn()
         self._speech_in_turn = 0
         self._next_cap_check = 0

@@ -8,8 +8,8 @@ probability) and says whether the silence so far ends it. `TurnJudge` is the int
   words so far are a whole turn (a language model's, agents/cascade/words_judge.py) and
   Smart Turn's, fused by a logistic whose few weights are fitted on fresh corpus speech
   (`python -m benchmarks judge`), set the pause. No word lists.
-- `TextRulesJudge` (TURN_JUDGE=rules): Whisper's punctuation and the closed word classes
-  of agents/turns/text.py set how long a pause ends the turn; Smart Turn can shorten it.
+- `VoiceJudge` (TURN_JUDGE=voice, and the fused judge's turns it could not score):
+  Smart Turn and the silence. No word lists either.
 """
 
 from __future__ import annotations
@@ -20,30 +20,16 @@ from typing import Protocol
 
 from agents.turns.config import FusedWeights, TurnTaking
 from agents.turns.protocol import Evaluation, Hearing
-from agents.turns.text import (
-    addresses_the_listener,
-    asks_a_question,
-    claims_the_floor,
-    is_backchannel,
-    is_farewell,
-    looks_unfinished,
-    makes_a_request,
-    only_trails_off,
-    sentences,
-    sounds_finished,
-)
+from agents.turns.text import is_backchannel
 
-__all__ = ["FusedJudge", "Said", "TextRulesJudge", "TurnJudge", "TurnSoFar", "judge_for"]
+__all__ = ["FusedJudge", "Said", "TurnJudge", "TurnSoFar", "VoiceJudge", "judge_for"]
 
 
 @dataclass(frozen=True, slots=True)
 class Said:
-    """What a caller turn amounted to, for the turn that carries on from it."""
+    """A caller turn the bot answered, for the turn that may carry on from it."""
 
     end: int  # where its speech ended
-    sentences: int
-    length_s: float
-    announced: bool  # the caller said more is coming
     at: int = 0  # where it was answered
 
 
@@ -52,9 +38,7 @@ class TurnSoFar:
     """What the judge is asked about: the latest evaluation and the turn around it."""
 
     result: Evaluation
-    said: Said  # the turn so far, with the answered turn it carries on from
     run_s: float  # from its first speech to the evaluation's end
-    cut_in: bool  # it took the floor from the bot
     patience_ms: int  # the longest pause of this caller's the bot answered into, and more
 
 
@@ -68,94 +52,40 @@ class TurnJudge(Protocol):
         ...
 
 
-class TextRulesJudge:
-    def __init__(self, config: TurnTaking) -> None:
+class VoiceJudge:
+    """Smart Turn and the silence, without a words score: TURN_JUDGE=voice, and the
+    fused judge's turns the words judge could not score.
+
+    No word lists. Heard words are answered after END_OF_TURN_MIN_SILENCE_MS when Smart
+    Turn is sure (END_OF_TURN_THRESHOLD) and after END_OF_TURN_MAX_SILENCE_MS when not.
+    `smart_turn=False`: Smart Turn is not asked either, and every turn waits the longer
+    pause (the fused judge's fallback while its fitted weights give Smart Turn none)."""
+
+    def __init__(self, config: TurnTaking, *, smart_turn: bool = True) -> None:
         self.cfg = config
+        self.smart_turn = smart_turn
+
+    def _sure(self, result: Evaluation) -> bool:
+        return self.smart_turn and _voice(result) >= self.cfg.end_of_turn_threshold
 
     def ends_turn(self, turn: TurnSoFar, silence_ms: int) -> bool:
-        cfg = self.cfg
-        result = turn.result
-        sure = _voice(result) >= cfg.end_of_turn_threshold
-        text = result.text
-        unfinished = looks_unfinished(text)
+        cfg, result = self.cfg, turn.result
+        heard = result.hearing is Hearing.HEARD and bool(result.text.strip())
         if result.capped:
-            if turn.run_s >= cfg.hard_max_utterance_s:
-                return True
-            return sure or (sounds_finished(text) and not unfinished)
-        length_s, said, announced = turn.said.length_s, turn.said.sentences, turn.said.announced
-        reading = announced or (said >= cfg.reading_sentences and length_s >= cfg.long_turn_s)
-        if reading:
-            # A reader's sentence opening like a question is mostly their text read out
-            # or Whisper's fragment across a pause: under babble, a misheard fragment of
-            # a list that opened like a question was answered in 240 ms, mid-reading. A
-            # reader asking says it with a rise: Whisper's "?", on a question of a few
-            # words or one Smart Turn is sure of. Whisper also makes a question of a
-            # word said after a reader's pause (tiny.en and base, every line).
-            last = sentences(text)[-1] if text.strip() else ""
-            asked = last.rsplit(",", 1)[-1]
-            # ...and one of several words asks the listener (a second-person question):
-            # a reader's garble Whisper made a question of does not (an address read
-            # out on espeak under babble, Smart Turn 0.02, answered 250 ms into a pause).
-            worded = len(asked.split()) >= 3 and addresses_the_listener(asked)
-            question = last.endswith("?") and (worded or sure) and not unfinished
-        else:
-            question = (asks_a_question(text) or makes_a_request(text)) and not unfinished
-        # How long a pause ends the turn, by what the words say. Smart Turn scores flat
-        # prosody (synthetic or monotone callers, measured 0.01-0.02 on Piper questions)
-        # low even on complete questions, so Whisper's punctuation leads and Smart Turn
-        # can only shorten the wait.
-        if result.hearing is not Hearing.HEARD:
-            # No words to go on, so no hurry: asking again into a comma's pause talks
-            # over the caller (a first word Whisper made nothing of, before a comma).
-            wait = cfg.statement_min_silence_ms if sure else cfg.max_silence_ms
-        elif unfinished and sure and only_trails_off(text):
-            # A word and Whisper's ellipsis (Smart Turn 0.96): the ellipsis is the only
-            # sign of more to come, and the voice sounded done. Waited 2 s, it was dead air.
-            wait = cfg.statement_min_silence_ms
-        elif unfinished:
-            wait = cfg.unfinished_max_silence_ms
-        elif question or is_farewell(text):
-            wait = cfg.min_silence_ms
-        elif (
-            sure
-            and len(text.split()) <= cfg.short_answer_words
-            and not claims_the_floor(text)
-            and not turn.cut_in
-        ):
-            wait = cfg.min_silence_ms  # a short answer: a word or two, said as final
-        elif sure or sounds_finished(text):
-            # A statement can be the first of several sentences, and Whisper makes a
-            # whole one of half a sentence (a preposition and a pause, closed with an
-            # invented word, which Smart Turn scored 0.95-0.98 on espeak).
-            wait = cfg.statement_min_silence_ms
-        else:
-            wait = cfg.max_silence_ms
-        if length_s >= cfg.long_turn_s and not question:
-            # Smart Turn being sure still counts for one long sentence ending with a
-            # falling, final voice. Not after several: a reader's or an explainer's
-            # pauses between sentences all sound final (Smart Turn 0.6-0.97 on Piper
-            # reading an order aloud).
-            if said >= cfg.reading_sentences:
-                floor = cfg.reading_min_silence_ms
-            elif sure and said <= 1:
-                floor = cfg.statement_min_silence_ms
-            else:
-                floor = cfg.long_turn_min_silence_ms
-            wait = max(wait, floor)
-        if announced and not question:
-            wait = max(wait, cfg.reading_min_silence_ms)  # they said more is coming
-        if not question and wait >= cfg.statement_min_silence_ms:
-            wait = max(wait, turn.patience_ms)
-        return silence_ms >= wait
+            return turn.run_s >= cfg.hard_max_utterance_s or (heard and self._sure(result))
+        if heard and self._sure(result):
+            return silence_ms >= cfg.min_silence_ms
+        # Not sure: the longer pause, and at least this caller's own mid-sentence pause.
+        return silence_ms >= max(cfg.max_silence_ms, turn.patience_ms)
 
     def answerable(self, result: Evaluation) -> bool:
-        """Words that answer, should the bot have been ending: a backchannel's or ones
-        the end-of-turn model is sure of (a number given), not a hum's words Whisper
-        made or a sentence's start."""
+        """Words that answer, should the bot have been ending: a backchannel's (the
+        closed class: "yes", "okay" answer a question the bot closed on) or words Smart
+        Turn is sure of."""
         text = result.text.strip()
-        if result.hearing is not Hearing.HEARD or not text or looks_unfinished(text):
+        if result.hearing is not Hearing.HEARD or not text:
             return False
-        return is_backchannel(text) or _voice(result) >= self.cfg.end_of_turn_threshold
+        return is_backchannel(text) or self._sure(result)
 
 
 class FusedJudge:
@@ -168,9 +98,10 @@ class FusedJudge:
     def __init__(self, config: TurnTaking, weights: FusedWeights | None = None) -> None:
         self.cfg = config
         self.weights = weights or config.fused
-        # Words with no score (the words judge failed, or never ran) are judged as the
-        # rules judge would: an unknown score must not read as "surely finished".
-        self._without_words = TextRulesJudge(config)
+        # Words with no score (the words judge failed, or never ran) wait on the silence:
+        # an unknown score must not read as "surely finished", and Smart Turn counts
+        # there only where the fitted weights let it count here.
+        self._without_words = VoiceJudge(config, smart_turn=self.weights.hears_the_voice)
 
     @staticmethod
     def features(words: float | None, smart_turn: float | None) -> list[float]:
@@ -221,7 +152,7 @@ class FusedJudge:
 
 def _voice(result: Evaluation) -> float:
     """Smart Turn's score; one not taken is no sign of an end. (The evaluator takes it
-    whenever the words judge has no score, so the rules judge always has it.)"""
+    whenever the judge weighs it: with no words judge, always.)"""
     return 0.0 if result.probability is None else result.probability
 
 
@@ -231,5 +162,5 @@ def _logit(p: float) -> float:
 
 
 def judge_for(config: TurnTaking, *, words: bool) -> TurnJudge:
-    """The judge a call's engine uses: fused when the words judge runs, else the rules."""
-    return FusedJudge(config) if words else TextRulesJudge(config)
+    """The judge a call's engine uses: fused when the words judge runs, else the voice's."""
+    return FusedJudge(config) if words else VoiceJudge(config)

@@ -4,7 +4,8 @@ the answered turn, and how long the bot waits from then on."""
 from __future__ import annotations
 
 from agents.turns.config import TurnTaking
-from agents.turns.continuation import Continuation, said_of
+from agents.turns.continuation import Continuation
+from agents.turns.judge import Said
 from agents.turns.protocol import Evaluation, Frame, Hearing
 from callevents import CallEvent, PatienceRaised
 
@@ -28,7 +29,7 @@ def _bot_frame(end_ms: int) -> Frame:
 
 
 def _answered_at(c: Continuation, end_ms: int, at_ms: int) -> None:
-    c.answer(said_of("I would like to book a table", 0, end_ms * MS), at=at_ms * MS)
+    c.answer(Said(end=end_ms * MS), at=at_ms * MS)
 
 
 def test_going_on_right_after_the_answer_teaches_the_pause() -> None:
@@ -54,26 +55,25 @@ def test_a_short_pause_changes_nothing() -> None:
     assert events == [] and c.patience_ms == 0
 
 
-def test_speech_soon_into_the_reply_carries_the_answered_turn_and_its_pause() -> None:
+def test_speech_soon_into_the_reply_goes_on_the_answered_turn_and_teaches_its_pause() -> None:
     c, events = _continuation()
     _answered_at(c, end_ms=2000, at_ms=2700)
     for _ in range(20):  # 400 ms of the reply heard
         c.bot_heard(20 * MS)
     c.speech_over_bot(onset=3400 * MS, recent=[_bot_frame(3400)])
     c.took_floor(onset=3400 * MS)
-    said = c.said("because it is my birthday", 3100 * MS, 5000 * MS)
-    assert said.sentences == 2 and said.length_s == 2.0 + 1.9
     c.judged(_heard("because it is my birthday", 4000))
     assert events == [PatienceRaised(pause_ms=1400, wait_ms=1500)]  # capped at the max
 
 
-def test_a_new_turn_carries_nothing() -> None:
-    c, _ = _continuation()
+def test_a_new_turn_carries_no_pause() -> None:
+    c, events = _continuation()
     _answered_at(c, end_ms=2000, at_ms=2700)
     c.speech_over_bot(onset=3400 * MS, recent=[_bot_frame(3400)])
     c.took_floor(onset=3400 * MS)
     c.new_turn()
-    assert c.said("because it is my birthday", 3100 * MS, 5000 * MS).length_s == 1.9
+    c.judged(_heard("because it is my birthday", 4000))
+    assert events == [] and c.patience_ms == 0
 
 
 def test_an_early_correction_is_a_turn_of_its_own() -> None:
@@ -83,7 +83,6 @@ def test_an_early_correction_is_a_turn_of_its_own() -> None:
     c.took_floor(onset=3000 * MS)
     c.judged(_heard("No, not Saturday.", 3600))
     assert events == [] and c.patience_ms == 0
-    assert c.said("No, not Saturday.", 2900 * MS, 3600 * MS).sentences == 1
 
 
 def test_speech_after_a_second_of_reply_answers_the_reply() -> None:
@@ -94,4 +93,4 @@ def test_speech_after_a_second_of_reply_answers_the_reply() -> None:
     c.speech_over_bot(onset=3600 * MS, recent=[_bot_frame(3600)])
     c.took_floor(onset=3600 * MS)
     c.judged(_heard("That sounds good.", 4200))
-    assert events == [] and c.said("That sounds good.", 3500 * MS, 4200 * MS).sentences == 1
+    assert events == [] and c.patience_ms == 0

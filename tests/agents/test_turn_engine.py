@@ -151,16 +151,10 @@ BOOKING = "I'd like to book a table for four people on Friday."
 
 CASES = [
     Case(
-        "a finished question is answered after a short pause",
+        "a turn Smart Turn is unsure of is answered after the longer pause",
         [Say(1500)],
         [Hears(10_000, QUESTION, probability=0.2)],
-        answered_once(QUESTION, after_ms=1500, within_ms=400),
-    ),
-    Case(
-        "a question is answered fast though Smart Turn scores its flat voice at 0.01",
-        [Say(1500)],
-        [Hears(10_000, QUESTION, probability=0.01)],
-        answered_once(QUESTION, after_ms=1500, within_ms=400),
+        answered_once(QUESTION, after_ms=1500 + TurnTaking().max_silence_ms, within_ms=150),
     ),
     Case(
         "half a minute read aloud with pauses is heard whole, past the no-pause cap",
@@ -170,7 +164,8 @@ CASES = [
             Hears(99_000, "The order. Then. That is the whole order.", probability=0.3),
         ],
         never_answered_before(
-            6 * 4200 + 5 * 800 + 1200 - 20, "The order. Then. That is the whole order."
+            6 * 4200 + 5 * 800 + TurnTaking().max_silence_ms - 20,
+            "The order. Then. That is the whole order.",
         ),
         duplex=False,
     ),
@@ -180,20 +175,9 @@ CASES = [
         [Hears(10_000, "Friday evening", probability=0.9)],
         answered_once("Friday evening", after_ms=1000, within_ms=400),
     ),
-    Case(
-        "a sentence Whisper closed on half a sentence waits the statement's pause",
-        # "a table for" + a pause came back as "a table for it." with Smart Turn at
-        # 0.95-0.98 on espeak: answered in 200 ms, the caller's pause was cut.
-        [Say(1500), Quiet(500), Say(1200)],
-        [
-            Hears(1600, "I'd like to book a table for it.", probability=0.97),
-            Hears(10_000, BOOKING, probability=0.97),
-        ],
-        never_answered_before(1500 + 500 + 1200, BOOKING),
-    ),
     *[
         Case(
-            f"a {pause} ms pause after 'for' is not answered",
+            f"a {pause} ms pause Smart Turn is unsure of is not answered",
             [Say(1500), Quiet(pause), Say(1200)],
             [
                 Hears(1600, "I'd like to book a table for.", probability=0.3),
@@ -201,196 +185,8 @@ CASES = [
             ],
             never_answered_before(1500 + pause + 1200, BOOKING),
         )
-        for pause in (500, 1000, 1500)
+        for pause in (500, 900)
     ],
-    Case(
-        "a question Whisper closed before its clause's verb is not answered in the pause",
-        # "Could you check whether the pharmacy on Main Street | is open on Sunday?": at
-        # the 1 s pause Whisper wrote a question mark and Smart Turn said 0.985.
-        [Say(2500), Quiet(1000), Say(1200)],
-        [
-            Hears(2600, "Could you check whether the pharmacy on Main Street?", probability=0.985),
-            Hears(10_000, PHARMACY, probability=0.9),
-        ],
-        never_answered_before(2500 + 1000 + 1200, PHARMACY),
-    ),
-    Case(
-        "a caller who trails off is still answered, after the longer wait",
-        [Say(1500)],
-        [Hears(10_000, "I'd like to book a table for", probability=0.05)],
-        answered_once(
-            "I'd like to book a table for",
-            after_ms=1500 + TurnTaking().unfinished_max_silence_ms,
-            within_ms=300,
-        ),
-    ),
-    Case(
-        "a word Whisper trails off after, said in a voice that sounded done, is answered",
-        # "Weather?" came back "Weather..." (Smart Turn 0.96): the 2 s wait was dead air.
-        [Say(600)],
-        [Hears(10_000, "Weather...", probability=0.96)],
-        answered_once("Weather...", after_ms=600 + 700, within_ms=300),
-    ),
-    Case(
-        "a trailing off Smart Turn is unsure of gets the longer wait",
-        [Say(600)],
-        [Hears(10_000, "Weather...", probability=0.2)],
-        answered_once(
-            "Weather...", after_ms=600 + TurnTaking().unfinished_max_silence_ms, within_ms=300
-        ),
-    ),
-    Case(
-        "someone reading aloud is not answered in the pauses between sentences",
-        [Say(4500), Quiet(500), Say(3000), Quiet(900), Say(3000), Quiet(1000), Say(2000)],
-        [
-            Hears(4600, "The first sentence.", probability=0.3),
-            Hears(8100, "The first sentence. The second one.", probability=0.3),
-            Hears(12_000, "The first. The second. The third.", probability=0.3),
-            Hears(99_000, "The whole reading ends here.", probability=0.3),
-        ],
-        never_answered_before(13_900 + 1200, "The whole reading ends here."),
-    ),
-    Case(
-        "a reader Smart Turn is sure of is not answered in the pauses between sentences",
-        # Piper reading an order: 500-800 ms between sentences, each scored 0.6-0.97.
-        [Say(4500), Quiet(900), Say(3000), Quiet(900), Say(2000)],
-        [
-            Hears(4600, "I'm going to read you my order. First, two large pizzas.", 0.97),
-            Hears(9000, "I'm going to read you my order. First, two pizzas. Then bread.", 0.97),
-            Hears(99_000, "I'm going to read you my order. First. Then. That is all.", 0.97),
-        ],
-        never_answered_before(
-            4500 + 900 + 3000 + 900 + 2000,
-            "I'm going to read you my order. First. Then. That is all.",
-        ),
-    ),
-    Case(
-        "a long turn of two sentences is answered after a second's pause",
-        # The pauses script's "a table for | six people..." came back as two sentences:
-        # the reader's 1.2 s put a quarter of 4 concurrent calls' turns past 1.5 s.
-        [Say(4500)],
-        [Hears(99_000, "I'd like to book a table for you. Six people next Tuesday.", 0.3)],
-        answered_once(
-            "I'd like to book a table for you. Six people next Tuesday.",
-            after_ms=4500 + 1000,
-            within_ms=150,
-        ),
-    ),
-    Case(
-        "a reader's words that open like a question are not answered in the pause after them",
-        # Under babble Whisper wrote "...and two lemonades." as "are clean wager and to
-        # lemonade.", the last of several sentences, and it was answered in 240 ms.
-        [Say(4500), Quiet(700), Say(3000)],
-        [
-            Hears(4600, "The order. First, two pizzas. are clean wager and to lemonade.", 0.07),
-            Hears(99_000, "The order. First, two pizzas. And two lemonades. That is all.", 0.07),
-        ],
-        never_answered_before(
-            4500 + 700 + 3000, "The order. First, two pizzas. And two lemonades. That is all."
-        ),
-    ),
-    Case(
-        "a reader who asks with a question mark is answered fast",
-        [Say(6000)],
-        [Hears(99_000, "I'm going to read you my order. Two pizzas. Can you read it back?", 0.3)],
-        answered_once(
-            "I'm going to read you my order. Two pizzas. Can you read it back?",
-            after_ms=6000,
-            within_ms=400,
-        ),
-    ),
-    Case(
-        "a caller who says more is coming is not answered after their first sentence",
-        # espeak reading an order in bench turns: Smart Turn 0.62 on the first sentence,
-        # then a 750 ms pause before "First, two large pizzas".
-        [Say(3300), Quiet(800), Say(3000)],
-        [
-            Hears(3400, "I'm going to read you my whole order, so please let me finish.", 0.62),
-            Hears(99_000, "I'm going to read you my whole order. First, two pizzas.", 0.62),
-        ],
-        never_answered_before(
-            3300 + 800 + 3000, "I'm going to read you my whole order. First, two pizzas."
-        ),
-    ),
-    Case(
-        "one long sentence Smart Turn is sure of gets the statement's pause",
-        [Say(4000)],
-        [Hears(99_000, "I'd like to book a table for six people next Tuesday at noon.", 0.95)],
-        answered_once(
-            "I'd like to book a table for six people next Tuesday at noon.",
-            after_ms=4000 + 600,
-            within_ms=300,
-        ),
-    ),
-    Case(
-        "'No wait.' opens a turn: it is not answered in the comma pause after it",
-        # Smart Turn 0.98 on "No wait." in bench turns; the bot spoke over "actually...".
-        [Say(600), Quiet(400), Say(1500)],
-        [Hears(700, "No wait.", probability=0.98), Hears(99_000, CORRECTION_TEXT, 0.9)],
-        never_answered_before(600 + 400 + 1500, CORRECTION_TEXT),
-    ),
-    Case(
-        "'Thanks.' before 'that's all, bye' is not answered in the comma pause",
-        [Say(500), Quiet(350), Say(1200)],
-        [Hears(600, "Thanks.", probability=0.96), Hears(99_000, "Thanks, that's all. Bye!", 0.9)],
-        never_answered_before(500 + 350 + 1200, "Thanks, that's all. Bye!"),
-    ),
-    Case(
-        "a question at the end of a long turn is answered fast",
-        [Say(4000), Quiet(500), Say(5000)],
-        [
-            Hears(4100, "Let me explain the whole thing.", probability=0.3),
-            Hears(99_000, "So can you do that for me?", probability=0.3),
-        ],
-        answered_once("So can you do that for me?", after_ms=9500, within_ms=400),
-    ),
-    Case(
-        "a long question Whisper wrote with a full stop is answered fast",
-        # A flat voice: no rise, so no question mark, and Smart Turn unsure.
-        [Say(4200)],
-        [Hears(99_000, "Can you tell me everything about booking a table on Friday.", 0.2)],
-        answered_once(
-            "Can you tell me everything about booking a table on Friday.",
-            after_ms=4200,
-            within_ms=400,
-        ),
-    ),
-    Case(
-        "a long request of one sentence is answered as fast as a question",
-        # "Tell me a long story..." took 3.2 s to say and Smart Turn scored it 0.008: it
-        # waited the reader's 1.2 s (mouth to mouth 1.7-2.1 s in bench turns).
-        [Say(3200)],
-        [Hears(99_000, "Tell me a long story about a lighthouse keeper and his dog.", 0.01)],
-        answered_once(
-            "Tell me a long story about a lighthouse keeper and his dog.",
-            after_ms=3200,
-            within_ms=400,
-        ),
-    ),
-    Case(
-        "a request read out inside a long text is not answered in the pause after it",
-        [Say(4500), Quiet(500), Say(2000)],
-        [
-            Hears(4600, "The address is twelve Baker Street. Please ring the bell.", 0.3),
-            Hears(99_000, "The address is twelve Baker Street. Please ring the bell. Bye.", 0.3),
-        ],
-        never_answered_before(
-            7000, "The address is twelve Baker Street. Please ring the bell. Bye."
-        ),
-    ),
-    Case(
-        "'Thank' alone, the first word of 'Thank you, bye', is not answered in its pause",
-        # Smart Turn scored "Thank." 0.96: answered in 216 ms, over "you, bye".
-        [Say(400), Quiet(400), Say(800)],
-        [Hears(500, "Thank.", probability=0.96), Hears(99_000, "Thank you, bye.", 0.9)],
-        never_answered_before(400 + 400 + 800, "Thank you, bye."),
-    ),
-    Case(
-        "a statement the model is unsure of waits a little longer than a question",
-        [Say(1500)],
-        [Hears(99_000, "I'd like to book a table.", probability=0.2)],
-        answered_once("I'd like to book a table.", after_ms=1500 + 600, within_ms=300),
-    ),
     Case(
         "a backchannel over a reply holds the bot and then lets it go on",
         [Say(1500), Quiet(1500), Say(400)],
@@ -471,24 +267,6 @@ CASES = [
         [Say(1500), Quiet(1500), Say(400), Quiet(500), Say(1500)],
         [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "I'm", probability=0.1)],
         lambda out: (not out.of(Resume) and out.of(Clear)) or pytest.fail(str(out.decisions)),
-    ),
-    Case(
-        "a short answer that cut into the bot is not answered in the pause after it",
-        # Under babble Whisper made "No way." of "No wait," (Smart Turn 0.89); taken for
-        # a short answer, it was answered 250 ms into the caller's comma pause.
-        [Say(1500), Quiet(2000), Say(600), Quiet(400), Say(1500)],
-        [
-            Hears(1600, QUESTION, probability=0.6),
-            Hears(4200, "No way.", probability=0.95),
-            Hears(99_000, CORRECTION_TEXT, 0.9),
-        ],
-        lambda out: (
-            (
-                [a.text for a in out.of(Answer)] == [QUESTION, CORRECTION_TEXT]
-                and out.at(Answer)[1] >= 1500 + 2000 + 600 + 400 + 1500
-            )
-            or pytest.fail(str(out.decisions))
-        ),
     ),
     Case(
         "a real interruption stops the bot within a few frames and takes the turn",
@@ -603,80 +381,6 @@ CASES = [
         duplex=False,
     ),
     Case(
-        "a hedge heard in a comma's pause is not answered as a short answer",
-        # Echo line: "Thanks, | that's all. Bye!" came back "I think." (Smart Turn 0.66)
-        # and was answered 230 ms into the 320 ms comma pause.
-        [Say(600), Quiet(320), Say(1200)],
-        [Hears(700, "I think.", 0.66), Hears(99_000, "Thanks, that's all. Bye.", 0.3)],
-        never_answered_before(600 + 320 + 1200, "Thanks, that's all. Bye."),
-    ),
-    Case(
-        "'Thanks, that's all.' is not answered in the pause before the goodbye",
-        # Echo line, espeak: Smart Turn 0.63, answered 200 ms into the sentence's pause,
-        # and the bot's first words went over "Bye!".
-        [Say(1100), Quiet(400), Say(500)],
-        [Hears(1200, "Thanks, that's all.", 0.63), Hears(99_000, "Thanks, that's all. Bye!", 0.9)],
-        never_answered_before(1100 + 400 + 500, "Thanks, that's all. Bye!"),
-    ),
-    Case(
-        "'my' and a noun or two is the subject of a sentence to come, not an answer",
-        # Babble line: "My account number | is 4 7 2 9." came back "My count number."
-        # (Smart Turn 0.98) and was answered 200 ms into the 1.2 s pause.
-        [Say(1200), Quiet(1200), Say(1500)],
-        [Hears(1300, "My count number.", 0.98), Hears(99_000, "My account number is 4729.", 0.9)],
-        never_answered_before(1200 + 1200 + 1500, "My account number is 4729."),
-    ),
-    Case(
-        "a reader's one-word question at the end of a sentence is no question",
-        # Under babble Whisper base heard "...ring the bell | twice, because..." as
-        # "...ring the bell. Why?", and the bot answered 260 ms into the reader's pause.
-        [Say(6000), Quiet(700), Say(2000)],
-        [
-            Hears(6100, "I'm reading my order. Two pizzas. Please ring the bell. Why?", 0.44),
-            Hears(99_000, "I'm reading my order. Two pizzas. Ring twice, it is broken.", 0.44),
-        ],
-        never_answered_before(
-            6000 + 700 + 2000, "I'm reading my order. Two pizzas. Ring twice, it is broken."
-        ),
-    ),
-    Case(
-        "a reader's sentence with a one-word question tacked on is no question",
-        [Say(6000), Quiet(700), Say(2000)],
-        [
-            Hears(6100, "I'm reading my order. Two pizzas. Please ring the bell, why?", 0.3),
-            Hears(99_000, "I'm reading my order. Two pizzas. Ring twice, it is broken.", 0.3),
-        ],
-        never_answered_before(
-            6000 + 700 + 2000, "I'm reading my order. Two pizzas. Ring twice, it is broken."
-        ),
-    ),
-    Case(
-        "a reader's garble Whisper made a question of is not answered in the pause after it",
-        # espeak at 145 wpm under babble, "The address is twelve Baker Street, flat
-        # three": "...dinner chocolate Okay, did I wrap in 12 maker tree?" (Smart Turn
-        # 0.02), answered 250 ms into the pause in three bench runs of two stops.
-        [Say(6000), Quiet(700), Say(2000)],
-        [
-            Hears(
-                6100, "I'm reading my order. Two pizzas. Okay, did I wrap in 12 maker tree?", 0.02
-            ),
-            Hears(99_000, "I'm reading my order. Two pizzas. Flat three. That's all.", 0.02),
-        ],
-        never_answered_before(
-            6000 + 700 + 2000, "I'm reading my order. Two pizzas. Flat three. That's all."
-        ),
-    ),
-    Case(
-        "a reader's question after a comma is answered fast",
-        [Say(6000)],
-        [Hears(99_000, "I'm reading my order. Two pizzas. That's all, can you read it?", 0.3)],
-        answered_once(
-            "I'm reading my order. Two pizzas. That's all, can you read it?",
-            after_ms=6000,
-            within_ms=400,
-        ),
-    ),
-    Case(
         "a caller who went on after the bot answered into their pause is waited for after",
         # Bench turns, babble: "a table for | six people" came back "a table 4." and was
         # answered 700 ms into a 1.2 s pause; the caller went on over the reply's first
@@ -684,8 +388,8 @@ CASES = [
         [Say(1500), Quiet(1100), Say(1500), Quiet(1200), Say(1000)],
         [
             Hears(1600, TABLE_FOR_YOU, 0.9),
-            Hears(4200, "Six people next Tuesday.", 0.9),
-            Hears(99_000, SIX_AT_NOON, 0.9),
+            Hears(4200, "Six people next Tuesday.", 0.3),
+            Hears(99_000, SIX_AT_NOON, 0.3),
         ],
         answered_in_the_pause_then_waited_for(pause_ms=1100),
     ),
@@ -695,9 +399,9 @@ CASES = [
         # answered 0.74 s into the 1.5 s pause; the caller went on 0.76 s into the reply.
         [Say(1500), Quiet(1650), Say(1500), Quiet(1300), Say(1000)],
         [
-            Hears(1600, TABLE_FOR_YOU, 0.9),
-            Hears(4750, "Six people next Tuesday.", 0.9),
-            Hears(99_000, SIX_AT_NOON, 0.9),
+            Hears(1600, TABLE_FOR_YOU, 0.3),
+            Hears(4750, "Six people next Tuesday.", 0.3),
+            Hears(99_000, SIX_AT_NOON, 0.3),
         ],
         answered_in_the_pause_then_waited_for(pause_ms=1650),
     ),
@@ -759,8 +463,8 @@ CASES = [
             # "For how many?" - "Six." 100 ms before its end, or a quick "Yes." into
             # Piper's trailing silence: the bot was held, judged it a backchannel (short,
             # no interruption's words), resumed, ended, and the answer was lost.
-            [Say(1500), Quiet(1900), Say(600), Quiet(2500)],
-            [Hears(1600, TABLE_FOR_YOU, 0.9), Hears(99_000, said, probability)],
+            [Say(1500), Quiet(2200), Say(600), Quiet(2500)],
+            [Hears(1600, TABLE_FOR_YOU, 0.3), Hears(99_000, said, probability)],
             lambda out, said=said: (
                 (
                     [a.text for a in out.of(Answer)] == [TABLE_FOR_YOU, said]
@@ -781,8 +485,8 @@ CASES = [
     *[
         Case(
             f"{what} over a reply's end is not answered",
-            [Say(1500), Quiet(1900), Say(speech_ms), Quiet(3500)],
-            [Hears(1600, TABLE_FOR_YOU, 0.9), Hears(99_000, said, probability)],
+            [Say(1500), Quiet(2200), Say(speech_ms), Quiet(3500)],
+            [Hears(1600, TABLE_FOR_YOU, 0.3), Hears(99_000, said, probability)],
             lambda out: (
                 ([a.text for a in out.of(Answer)] == [TABLE_FOR_YOU] and out.of(Resume))
                 or pytest.fail(str(out.decisions))
@@ -799,8 +503,8 @@ CASES = [
     *[
         Case(
             f"a short answer over a reply's end is not answered {when}",
-            [Say(1500), Quiet(1900), Say(600), Quiet(4000)],
-            [Hears(1600, TABLE_FOR_YOU, 0.9), Hears(99_000, "Bye.", 0.98)],
+            [Say(1500), Quiet(2200), Say(600), Quiet(4000)],
+            [Hears(1600, TABLE_FOR_YOU, 0.3), Hears(99_000, "Bye.", 0.98)],
             lambda out: (
                 ([a.text for a in out.of(Answer)] == [TABLE_FOR_YOU] and out.of(Resume))
                 or pytest.fail(str(out.decisions))
@@ -820,10 +524,10 @@ CASES = [
         "a turn of their own",
         # The words' audio, said over the bot, is not kept for long: reopening them
         # would transcribe the new words alone as "Six." plus them.
-        [Say(1500), Quiet(1900), Say(600), Quiet(700), Say(1000), Quiet(2500)],
+        [Say(1500), Quiet(2200), Say(600), Quiet(700), Say(1000), Quiet(2500)],
         [
-            Hears(1600, TABLE_FOR_YOU, 0.9),
-            Hears(4100, "Six.", 0.98),
+            Hears(1600, TABLE_FOR_YOU, 0.3),
+            Hears(4400, "Six.", 0.98),
             Hears(99_000, "At seven.", 0.98),
         ],
         lambda out: (
@@ -838,11 +542,11 @@ CASES = [
     ),
     Case(
         "a caller who went on before the reply was heard is waited for after",
-        [Say(1500), Quiet(900), Say(1500), Quiet(1000), Say(1000)],
+        [Say(1500), Quiet(1200), Say(1500), Quiet(1000), Say(1000)],
         [
-            Hears(1600, "I'd like to book a table for you.", 0.9),
-            Hears(4000, "I'd like to book a table for you. Six people.", 0.9),
-            Hears(99_000, "I'd like to book a table for you. Six people. At noon.", 0.9),
+            Hears(1600, "I'd like to book a table for you.", 0.3),
+            Hears(4300, "I'd like to book a table for you. Six people.", 0.3),
+            Hears(99_000, "I'd like to book a table for you. Six people. At noon.", 0.3),
         ],
         lambda out: (
             (
@@ -852,7 +556,7 @@ CASES = [
                     "I'd like to book a table for you. Six people. At noon.",
                 ]
                 and [r.restore for r in out.of(Reopen)] == [True]
-                and patience_raised_once(out, pause_ms=900)
+                and patience_raised_once(out, pause_ms=1200)
             )
             or pytest.fail(str(out.decisions))
         ),
@@ -886,8 +590,8 @@ CASES = [
         [
             Hears(6100, "I'm reading my order. Two pizzas. Please ring the bell.", 0.44),
             Hears(7800, "Twice.", 0.9),
-            Hears(10_500, "Because the first one is broken.", 0.9),
-            Hears(99_000, "Because the first one is broken. That's the order.", 0.9),
+            Hears(10_500, "Because the first one is broken.", 0.3),
+            Hears(99_000, "Because the first one is broken. That's the order.", 0.3),
         ],
         lambda out: (
             (
@@ -921,28 +625,6 @@ CASES = [
             or pytest.fail(str(out.decisions))
         ),
         bot=Bot(latency_ms=50),
-    ),
-    Case(
-        "a reader the bot answered into a pause is still a reader when they go on",
-        # Piper reading an order under babble: answered in a pause, cut in on at once;
-        # the rest ("Because the first one is broken.") was answered as a turn of its
-        # own in the reader's next pause.
-        [Say(6000), Quiet(1300), Say(2000), Quiet(900), Say(2000)],
-        [
-            Hears(6100, "I'm reading my order. Two pizzas. Please ring the bell.", 0.44),
-            Hears(9400, "Because the first one is broken.", 0.9),
-            Hears(99_000, "Because the first one is broken. That's the order.", 0.9),
-        ],
-        lambda out: (
-            (
-                [a.text for a in out.of(Answer)][-1]
-                == "Because the first one is broken. That's the order."
-                and len(out.of(Answer)) == 2
-            )
-            or pytest.fail(str(out.decisions))
-        ),
-        bot=Bot(latency_ms=50),
-        config=TurnTaking(patience_max_ms=0),  # the carried reading alone
     ),
 ]
 

@@ -17,8 +17,9 @@ from agents.cascade.stt import Transcript
 from agents.cascade.turn_evaluator import TurnEvaluator
 from agents.cascade.words_judge import judged_words, turn_prompt
 from agents.errors import BackendError
+from agents.loading import smart_turn_needed
 from agents.turns.config import FusedWeights, TurnTaking
-from agents.turns.judge import FusedJudge, Said, TextRulesJudge, TurnSoFar, judge_for
+from agents.turns.judge import FusedJudge, TurnJudge, TurnSoFar, VoiceJudge, judge_for
 from agents.turns.protocol import Evaluate, Evaluation, Hearing
 
 T = TypeVar("T")
@@ -31,11 +32,10 @@ def turn(words: float | None, smart_turn: float, *, text: str = "some words", ca
     result = Evaluation(
         end=32000, probability=smart_turn, text=text, hearing=hearing, capped=capped, words=words
     )
-    said = Said(end=32000, sentences=1, length_s=run_s, announced=False)
-    return TurnSoFar(result=result, said=said, run_s=run_s, cut_in=False, patience_ms=patience_ms)
+    return TurnSoFar(result=result, run_s=run_s, patience_ms=patience_ms)
 
 
-def wait_ms(judge: FusedJudge | TextRulesJudge, so_far: TurnSoFar) -> int:
+def wait_ms(judge: TurnJudge, so_far: TurnSoFar) -> int:
     return next(ms for ms in range(0, 5000, 10) if judge.ends_turn(so_far, ms))
 
 
@@ -76,14 +76,57 @@ def test_a_capped_turn_ends_when_judged_complete_or_at_the_hard_limit() -> None:
 
 
 @pytest.mark.parametrize("smart_turn", [0.05, 0.5, 0.95])
-def test_heard_words_without_a_score_are_judged_as_the_rules_would(smart_turn: float) -> None:
-    """A failed words judge must not read as "surely finished" (the shipped bias is high)."""
-    config = TurnTaking()
-    for text in ("I was going to", "What time do you open?", "Thanks."):
-        unscored = turn(None, smart_turn, text=text)
-        assert wait_ms(FusedJudge(config), unscored) == wait_ms(TextRulesJudge(config), unscored)
-        result = unscored.result
-        assert FusedJudge(config).answerable(result) == TextRulesJudge(config).answerable(result)
+def test_heard_words_without_a_score_wait_the_longer_pause(smart_turn: float) -> None:
+    """A failed words judge must not read as "surely finished" (the shipped bias is high),
+    and the shipped weights give Smart Turn no say, so its score changes nothing."""
+    config = TurnTaking(max_silence_ms=1100)
+    judge = FusedJudge(config)
+    assert not judge.weights.hears_the_voice
+    assert wait_ms(judge, turn(None, smart_turn)) == 1100
+    assert wait_ms(judge, turn(None, smart_turn, patience_ms=1400)) == 1400
+    assert not judge.answerable(turn(None, smart_turn).result)
+
+
+def test_heard_words_without_a_score_are_judged_by_smart_turn_where_the_weights_count_it() -> None:
+    judge = FusedJudge(TurnTaking(), WEIGHTS)
+    assert wait_ms(judge, turn(None, 0.9)) == TurnTaking().min_silence_ms
+    assert wait_ms(judge, turn(None, 0.1)) == TurnTaking().max_silence_ms
+    assert judge.answerable(turn(None, 0.9).result)
+
+
+def test_the_voice_judge_answers_what_smart_turn_is_sure_of_after_the_short_pause() -> None:
+    config = TurnTaking(min_silence_ms=250, max_silence_ms=1200, end_of_turn_threshold=0.6)
+    judge = VoiceJudge(config)
+    assert wait_ms(judge, turn(None, 0.61)) == 250
+    assert wait_ms(judge, turn(None, 0.59)) == 1200
+    # Patience holds back only the turns it is unsure of.
+    assert wait_ms(judge, turn(None, 0.59, patience_ms=1500)) == 1500
+    assert wait_ms(judge, turn(None, 0.61, patience_ms=1500)) == 250
+    # No words heard: no hurry, however it sounded.
+    assert wait_ms(judge, turn(None, 0.99, hearing=Hearing.UNCLEAR)) == 1200
+    # The words judge's score is not its to read.
+    assert wait_ms(judge, turn(0.99, 0.1)) == 1200
+    # Without Smart Turn, every turn waits the longer pause.
+    assert wait_ms(VoiceJudge(config, smart_turn=False), turn(None, 0.99)) == 1200
+
+
+def test_the_voice_judge_ends_a_capped_turn_it_is_sure_of_or_at_the_hard_limit() -> None:
+    judge = VoiceJudge(TurnTaking(hard_max_utterance_s=60.0))
+    assert judge.ends_turn(turn(None, 0.9, capped=True), 0)
+    assert not judge.ends_turn(turn(None, 0.1, capped=True), 0)
+    assert judge.ends_turn(turn(None, 0.1, capped=True, run_s=61.0), 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "smart_turn", "answerable"),
+    [("Yes.", 0.1, True), ("Mm-hmm", 0.1, True), ("Six.", 0.9, True), ("Six.", 0.1, False)],
+)
+def test_the_voice_judge_answers_words_over_the_bots_end_that_are_a_backchannel_or_sure(
+    text: str, smart_turn: float, answerable: bool
+) -> None:
+    assert VoiceJudge(TurnTaking()).answerable(turn(None, smart_turn, text=text).result) is (
+        answerable
+    )
 
 
 def test_a_callers_learnt_patience_holds_back_only_words_that_may_go_on() -> None:
@@ -108,7 +151,7 @@ def test_the_shipped_weights_answer_finished_words_fast_and_wait_on_dangling_one
 
 def test_a_call_gets_the_fused_judge_only_with_a_words_judge() -> None:
     assert isinstance(judge_for(TurnTaking(), words=True), FusedJudge)
-    assert isinstance(judge_for(TurnTaking(), words=False), TextRulesJudge)
+    assert isinstance(judge_for(TurnTaking(), words=False), VoiceJudge)
 
 
 @pytest.mark.parametrize(
@@ -224,15 +267,16 @@ async def test_smart_turn_is_not_run_on_words_the_judge_scores_when_it_has_no_we
 @pytest.mark.parametrize(
     ("heard", "words"), [("I need a taxi.", _Words(fail=True)), ("", _Words(0.7))]
 )
-async def test_smart_turn_still_runs_when_the_words_judge_gives_no_score(
+async def test_smart_turn_is_not_run_without_weight_even_where_the_words_give_no_score(
     heard: str, words: _Words
 ) -> None:
+    """Those turns wait on the silence (the fused judge's fallback follows the weights)."""
     smart_turn = _SmartTurn()
     evaluator = _evaluator(heard, words, voice=False, smart_turn=smart_turn)
     result = await evaluator.evaluate_now(Evaluate(0, 16000, speech_ms=900))
     assert isinstance(result, Evaluation)
-    assert result.words is None and result.probability == 0.4
-    assert smart_turn.runs == 1
+    assert result.words is None and result.probability is None
+    assert smart_turn.runs == 0
 
 
 async def test_smart_turn_always_runs_without_a_words_judge() -> None:
@@ -241,6 +285,30 @@ async def test_smart_turn_always_runs_without_a_words_judge() -> None:
     result = await evaluator.evaluate_now(Evaluate(0, 16000, speech_ms=900))
     assert isinstance(result, Evaluation) and result.probability == 0.4
     assert smart_turn.runs == 1
+
+
+async def test_a_process_without_smart_turn_judges_the_turns_it_would_not_weigh() -> None:
+    evaluator = TurnEvaluator(
+        end_of_turn=None, stt=_Stt("I need a taxi."), run=_inline, words=_Words(0.7), voice=False
+    )
+    evaluator.audio.add(0, np.full(16000, 0.1, np.float32))
+    result = await evaluator.evaluate_now(Evaluate(0, 16000, speech_ms=900))
+    assert isinstance(result, Evaluation) and result.words == 0.7
+
+
+@pytest.mark.parametrize(("words", "voice"), [(None, False), (_Words(0.7), True)])
+def test_a_judge_that_weighs_smart_turn_cannot_be_built_without_it(
+    words: _Words | None, voice: bool
+) -> None:
+    with pytest.raises(ValueError, match="Smart Turn"):
+        TurnEvaluator(end_of_turn=None, stt=_Stt(""), run=_inline, words=words, voice=voice)
+
+
+def test_smart_turn_is_loaded_only_where_a_calls_judge_would_run_it() -> None:
+    assert smart_turn_needed("voice")
+    assert not smart_turn_needed("words"), "the shipped fused weights give it no weight"
+    weighed = replace(TurnTaking().fused, smart_turn=0.5)
+    assert smart_turn_needed("words", weighed)
 
 
 class _Broken:
@@ -253,10 +321,9 @@ class _Broken:
         raise ValueError("decoder state lost")
 
 
-@pytest.mark.parametrize("voice", [True, False])
-async def test_a_failing_smart_turn_fails_the_evaluation_as_its_stage(voice: bool) -> None:
-    # (without its weight, it runs only when the words judge has no score: no words here)
-    evaluator = _evaluator("" if not voice else "I need a taxi.", _Words(0.7), voice=voice)
+@pytest.mark.parametrize("words", [_Words(0.7), None])
+async def test_a_failing_smart_turn_fails_the_evaluation_as_its_stage(words: _Words | None) -> None:
+    evaluator = _evaluator("I need a taxi.", words, voice=True)
     evaluator.end_of_turn = _Broken()
     result = await evaluator.evaluate_now(Evaluate(0, 16000, speech_ms=900))
     assert isinstance(result, BackendError) and result.stage == "end_of_turn"

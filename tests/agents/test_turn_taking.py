@@ -63,8 +63,9 @@ APOLOGY = "Sorry, I'm having trouble right now."
 CALLER_SAYS = "Can I book a table for two?"
 REPLY = ["Of course", ". For how ", "many people?"]
 REPLY_TEXT = "Of course. For how many people?"
-# A statement (not a short answer) is answered after this pause, however sure Smart Turn is.
-STATEMENT_PAUSE_MS = TurnTaking().statement_min_silence_ms
+# A turn Smart Turn is unsure of is answered after this pause (these calls have no words
+# judge: Smart Turn and the silence judge the turn).
+UNSURE_PAUSE_MS = TurnTaking().max_silence_ms
 BOT_LEVEL_DB = 20 * math.log10(BOT_AMPLITUDE / math.sqrt(2))  # the fake TTS's tone
 CALLER_LEVEL_DB = BOT_LEVEL_DB + 3  # a caller's own voice: louder than the bot's echo
 SILENCE_DB = -70.0
@@ -356,30 +357,17 @@ async def test_an_unlikely_end_of_turn_waits_for_max_silence() -> None:
         await session.bot_said(REPLY_TEXT)
 
 
-async def test_words_that_stop_mid_sentence_are_given_the_longer_pause() -> None:
-    trailing_off = "I'd like to book a table for."
-    async with call(stt=hearing(trailing_off), eot=end_of_turn(0.3)) as session:
-        unfinished = TurnTaking().unfinished_max_silence_ms
-        await session.talk(600)
-        await session.pause(unfinished - 20)
-        assert session.caller_turns() == [], "a caller thinking mid-sentence is not answered"
-        await session.pause(20)
-        assert session.caller_turns() == [trailing_off]
-        [decision] = [data for name, data in session.events if name == "end_of_turn"]
-        assert decision["silence_ms"] == unfinished
-
-
-async def test_a_statements_reply_is_written_while_its_pause_is_waited_out() -> None:
-    # The statement's 700 ms are quiet time: the LLM starts on the words at once, and
+async def test_a_reply_is_written_while_the_pause_is_waited_out() -> None:
+    # The pause the judge waits is quiet time: the LLM starts on the words at once, and
     # the reply starts from what it has written when the pause ends the turn.
     statement = "I'd like to book a table."
-    async with call(stt=hearing(statement), eot=end_of_turn(0.9)) as session:
+    async with call(stt=hearing(statement), eot=end_of_turn(0.3)) as session:
         await session.talk(1500)
         await session.pause(300)
         await session.until(lambda: len(session.llm.prompts) == 1, "the draft")
         assert session.caller_turns() == [], "drafted, not answered"
         assert session.audio_sent() == 0
-        await session.pause(STATEMENT_PAUSE_MS - 300)
+        await session.pause(UNSURE_PAUSE_MS - 300)
         await session.bot_said(REPLY_TEXT)
         assert session.llm.prompts == [
             [{"role": "system", "content": PERSONA}, {"role": "user", "content": statement}]
@@ -390,12 +378,12 @@ async def test_a_statements_reply_is_written_while_its_pause_is_waited_out() -> 
 
 async def test_a_draft_is_thrown_away_when_the_caller_goes_on() -> None:
     first, whole = "I'd like to book a table.", "I'd like to book a table. For four people."
-    async with call(stt=hearing(first, whole), eot=end_of_turn(0.9)) as session:
+    async with call(stt=hearing(first, whole), eot=end_of_turn(0.3)) as session:
         await session.talk(1500)
         await session.pause(300)
         await session.until(lambda: len(session.llm.prompts) == 1, "the draft")
         await session.talk(1000)
-        await session.pause(STATEMENT_PAUSE_MS)
+        await session.pause(UNSURE_PAUSE_MS)
         await session.bot_said(REPLY_TEXT)
         assert session.caller_turns() == [whole]
         # The first draft was dropped; the reply is the one drafted for all the words.
@@ -426,7 +414,7 @@ async def test_a_backchannel_over_a_drafted_reply_does_not_cut_what_is_still_bei
         stt=SpeechToTextFake(transcribe), llm=ChatModelFake(stream, prompts)
     ) as session:
         await session.talk(1500)
-        await session.pause(STATEMENT_PAUSE_MS)
+        await session.pause(UNSURE_PAUSE_MS)
         await session.until(lambda: session.audio_sent() > 0, "the reply")
         await session.pause(300)
         await session.talk(400)  # "Mhm." over the reply
@@ -443,14 +431,14 @@ async def test_a_backchannel_over_a_drafted_reply_does_not_cut_what_is_still_bei
 async def test_no_draft_is_written_while_another_call_shares_the_llm_server() -> None:
     # One LLM server writes one reply at a time: a draft must not make theirs wait.
     statement = "I'd like to book a table."
-    async with call(stt=hearing(statement), eot=end_of_turn(0.9)) as session:
+    async with call(stt=hearing(statement), eot=end_of_turn(0.3)) as session:
         assert session.agent.models.drafts.servers == 1
         session.agent.models.drafts.call_started()  # another call
         await session.talk(1500)
         await session.pause(300)
         await session.evaluated()
         assert session.llm.prompts == []
-        await session.pause(STATEMENT_PAUSE_MS - 300)
+        await session.pause(UNSURE_PAUSE_MS - 300)
         await session.bot_said(REPLY_TEXT)
         [first] = [data for name, data in session.events if name == "llm_first_token"]
         assert first["drafted"] is False
@@ -458,7 +446,7 @@ async def test_no_draft_is_written_while_another_call_shares_the_llm_server() ->
 
 
 async def test_no_draft_is_written_for_words_that_stop_mid_sentence() -> None:
-    async with call(stt=hearing("I'd like to book a table for"), eot=end_of_turn(0.9)) as session:
+    async with call(stt=hearing("I'd like to book a table for"), eot=end_of_turn(0.3)) as session:
         await session.talk(1500)
         await session.pause(600)
         await session.evaluated()
@@ -478,7 +466,7 @@ async def test_words_that_stop_mid_sentence_are_drafted_late_in_their_long_wait(
         await session.pause(60)
         await session.until(lambda: len(session.llm.prompts) == 1, "the draft")
         assert session.caller_turns() == [], "drafted, not answered"
-        await session.pause(cfg.unfinished_max_silence_ms - cfg.unfinished_draft_after_ms)
+        await session.pause(cfg.max_silence_ms - cfg.unfinished_draft_after_ms)
         await session.bot_said(REPLY_TEXT)
         assert session.caller_turns() == [hanging]
         assert len(session.llm.prompts) == 1, "the draft is the reply"
@@ -493,7 +481,7 @@ async def test_a_short_pause_mid_sentence_keeps_one_turn() -> None:
         await session.talk(400)
         await session.pause(100)
         await session.talk(400)
-        await session.pause(STATEMENT_PAUSE_MS)
+        await session.pause(UNSURE_PAUSE_MS)
         await session.bot_said(REPLY_TEXT)
         assert session.caller_turns() == ["I'd like to book a table."]
         assert len(heard) == 2
@@ -504,11 +492,11 @@ async def test_whisper_hears_a_long_pause_inside_the_turn_cut_short() -> None:
     # not be lost to it. The evidence (speech_ms) and Smart Turn still get the turn whole.
     heard: list[np.ndarray] = []
     stt = hearing("I'd like", "I'd like to book a table.", heard=heard)
-    async with call(stt=stt, eot=end_of_turn(0.9)) as session:
+    async with call(stt=stt, eot=end_of_turn(0.3)) as session:
         await session.talk(600)
         await session.pause(900)
         await session.talk(600)
-        await session.pause(STATEMENT_PAUSE_MS)
+        await session.pause(UNSURE_PAUSE_MS)
         await session.bot_said(REPLY_TEXT)
         assert session.caller_turns() == ["I'd like to book a table."]
         whole = heard[1]
@@ -529,7 +517,7 @@ async def test_a_long_turn_is_transcribed_in_pieces_at_its_pauses() -> None:
         await session.talk(9000)
         await session.pause(300)
         await session.talk(1000)
-        await session.pause(TurnTaking().long_turn_min_silence_ms)
+        await session.pause(UNSURE_PAUSE_MS)
         await session.bot_said(REPLY_TEXT)
         assert session.caller_turns() == ["The first part of my story and the end of it."]
         assert len(heard) == 2
@@ -555,7 +543,7 @@ async def test_a_piece_still_being_transcribed_when_the_caller_goes_on_is_kept()
         await session.talk(1000)
         release.set()
         await session.evaluated()  # the dropped evaluation's Whisper run comes back
-        await session.pause(TurnTaking().long_turn_min_silence_ms)
+        await session.pause(UNSURE_PAUSE_MS)
         await session.bot_said(REPLY_TEXT)
         assert session.caller_turns() == [" ".join(PIECES)]
         assert len(heard) == 2
@@ -650,7 +638,7 @@ async def test_resuming_before_the_reply_is_heard_throws_the_reply_away() -> Non
         assert session.line.sent == []
         assert session.conversation.turns == []
 
-        await session.pause(STATEMENT_PAUSE_MS)
+        await session.pause(UNSURE_PAUSE_MS)
         await session.bot_said(REPLY_TEXT)
         assert [(t.speaker, t.text) for t in session.conversation.turns] == [
             (Speaker.CALLER, "A table for two, please."),
@@ -671,7 +659,7 @@ async def test_a_reopened_turn_hands_every_frame_to_the_stt_once() -> None:
         await session.until(lambda: len(session.llm.prompts) == 1, "the first reply to start")
         assert session.caller_turns() == ["A table"]
         await session.talk(600)
-        await session.pause(STATEMENT_PAUSE_MS)
+        await session.pause(UNSURE_PAUSE_MS)
         await session.bot_said(REPLY_TEXT)
         frames = heard[-1][::FRAME].astype(int).tolist()
         assert frames == sorted(set(frames))
@@ -933,12 +921,14 @@ async def test_a_model_failure_while_drafting_is_the_replys_and_gets_the_apology
         yield ""
 
     statement = "I'd like to book a table."
-    async with call(stt=hearing(statement), llm=ChatModelFake(stream)) as session:
+    async with call(
+        stt=hearing(statement), llm=ChatModelFake(stream), eot=end_of_turn(0.3)
+    ) as session:
         await session.talk(1500)
         await session.pause(300)
         assert session.caller_turns() == [], "the draft failed quietly, before the turn ended"
         assert session.count("offhook_errors_total", stage="llm") == 0
-        await session.pause(STATEMENT_PAUSE_MS)
+        await session.pause(UNSURE_PAUSE_MS)
         await session.bot_said(APOLOGY)
         assert session.count("offhook_errors_total", stage="llm") == 1
         assert session.caller_turns() == [statement]

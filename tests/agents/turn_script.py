@@ -34,7 +34,7 @@ from agents.turns.engine import (
     TurnEngine,
     TurnTaking,
 )
-from agents.turns.judge import TurnJudge
+from agents.turns.judge import TurnJudge, VoiceJudge
 from callevents import CallEvent
 from media.vad import SpeechStarted, SpeechStopped, VadEvent
 
@@ -127,6 +127,9 @@ def run(
     engine_events: list[tuple[int, CallEvent]] = []
     now = [0]
     config = config or TurnTaking()
+    # Without a words judge, as the duplex backend is scripted here: Smart Turn and the
+    # silence (each Hears' probability) judge the turn.
+    judge = judge or VoiceJudge(config)
     engine = TurnEngine(config, emit=lambda e: engine_events.append((now[0], e)), judge=judge)
     bot = bot or Bot()
     audible_ms: list[int] = []

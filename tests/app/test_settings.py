@@ -95,7 +95,16 @@ def test_a_hosted_turn_judge_is_for_the_words_judge_only() -> None:
     hosted = {"TURN_JUDGE_URL": "http://judge.example:8080/v1"}
     assert Settings.from_env(hosted).turn_judge_url == "http://judge.example:8080/v1"
     with pytest.raises(SettingsError, match="TURN_JUDGE=words"):
-        Settings.from_env({**hosted, "TURN_JUDGE": "rules"})
+        Settings.from_env({**hosted, "TURN_JUDGE": "voice"})
+
+
+def test_the_turn_judge_is_the_words_judge_or_the_voice() -> None:
+    assert Settings.from_env({}).turn_judge == "words"
+    assert Settings.from_env({"TURN_JUDGE": "voice"}).turn_judge == "voice"
+    with pytest.raises(SettingsError, match="TURN_JUDGE=rules is gone"):
+        Settings.from_env({"TURN_JUDGE": "rules"})
+    with pytest.raises(SettingsError, match="'words' or 'voice'"):
+        Settings.from_env({"TURN_JUDGE": "smart"})
 
 
 def test_check_refuses_an_llm_endpoint_without_a_model() -> None:

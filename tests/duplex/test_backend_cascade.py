@@ -413,8 +413,9 @@ def test_every_backend_offers_the_whole_backend_interface() -> None:
         assert missing == [], f"{type(backend).__name__} lacks {missing}"
 
 
-async def test_a_finished_sentence_with_a_maybe_from_the_model_ends_the_turn_at_the_pause() -> None:
-    stt, turn = FakeStt("What time is it?"), FakeTurn(prob=0.2)  # "maybe": above 0.5 / 5
+async def test_a_turn_smart_turn_is_sure_of_ends_at_the_short_pause() -> None:
+    # Without a words judge, Smart Turn and the silence judge the turn.
+    stt, turn = FakeStt("What time is it?"), FakeTurn(prob=0.9)
     backend = await prepared(make(stt=stt, turn=turn))
     await backend.process_unit(speech(1.0))
     outcome = await backend.process_unit(np.concatenate((speech(0.4), silence(0.6))))
@@ -422,16 +423,16 @@ async def test_a_finished_sentence_with_a_maybe_from_the_model_ends_the_turn_at_
     assert len(stt.heard) == 1  # the transcript from the pause is the one answered
 
 
-async def test_an_unfinished_sentence_with_a_maybe_waits_for_the_long_pause() -> None:
-    stt, turn = FakeStt("what time is"), FakeTurn(prob=0.2)
+async def test_a_turn_smart_turn_is_unsure_of_waits_for_the_longer_pause() -> None:
+    stt, turn = FakeStt("What time is it?"), FakeTurn(prob=0.2)
     backend = await prepared(make(stt=stt, turn=turn))
     await backend.process_unit(speech(1.0))
     assert (await backend.process_unit(np.concatenate((speech(0.4), silence(0.6))))).action == (
         "listen"
     )
-    # Words that stop where a sentence cannot ("is") get the 2 s pause, not 1 s.
-    assert (await backend.process_unit(silence(1.0))).action == "listen"
-    assert (await backend.process_unit(silence(1.0))).action == "speak"
+    # END_OF_TURN_MAX_SILENCE_MS (1 s) into the pause, not before.
+    assert (await backend.process_unit(silence(0.2))).action == "listen"
+    assert (await backend.process_unit(silence(0.4))).action == "speak"
 
 
 async def test_a_slow_llm_never_holds_a_unit_past_its_budget() -> None:
