@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from agents.cascade.call_end import EndCall, Then, Transfer, once_heard
+from agents.cascade.keypad import KeypadEntry
 from agents.cascade.llm import ChatModel, ChatPool, Message, ToolCall, ToolChat
 from agents.cascade.models import CascadeModels
 from agents.cascade.reply_writer import ReplyWriter, TurnTiming
@@ -160,8 +161,7 @@ class CascadeAgent:
             spawn=self._spawn,
             on_audible=self._reply_audible,
         )
-        self._digits = ""
-        self._digit_task: asyncio.Task[None] | None = None
+        self.keypad = KeypadEntry(turn_taking.digit_timeout_ms, self._on_keypad_entry, self._spawn)
         self.timings: list[TurnTiming] = []
         self._silence = SilenceWatch(RATE)
 
@@ -200,15 +200,16 @@ class CascadeAgent:
                     self._start_response(None, note=note, kind="resume")
                 async for item in inputs:
                     if isinstance(item, Digits):
-                        self._on_digits(item.digits)
+                        self._emit(Dtmf(digits=item.digits))
+                        self.keypad.press(item.digits)
                     else:
                         await self._on_audio(item)
                     await self._collect_evaluation()
             finally:
                 # Hang-up: nothing of ours outlives the call.
-                for task in (self._response, self._digit_task):
-                    if task is not None:
-                        task.cancel()
+                if self._response is not None:
+                    self._response.cancel()
+                self.keypad.cancel()
                 self.evaluator.cancel()
                 self.models.scheduler.forget(self)
                 self.models.drafts.call_ended()
@@ -262,7 +263,7 @@ class CascadeAgent:
             engine.speaking
             or engine.state is not TurnState.LISTENING
             or self._response is not None
-            or self._digit_task is not None
+            or self.keypad.pending
             or self.evaluator.running
             or self.playback.audible()
             or self._ending
@@ -441,17 +442,7 @@ class CascadeAgent:
 
     # --- keypad ------------------------------------------------------------------------
 
-    def _on_digits(self, digits: str) -> None:
-        self._digits += digits
-        self._emit(Dtmf(digits=digits))
-        if self._digit_task is not None:
-            self._digit_task.cancel()
-        self._digit_task = self._spawn(self._digits_done(), "dtmf")
-
-    async def _digits_done(self) -> None:
-        await asyncio.sleep(self.cfg.digit_timeout_ms / 1000)
-        digits, self._digits = self._digits, ""
-        self._digit_task = None
+    async def _on_keypad_entry(self, digits: str) -> None:
         self._drop_evaluation()
         if self._response is not None or self.playback.holding:
             await self._cancel_response(reason="dtmf")
