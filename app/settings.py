@@ -250,14 +250,14 @@ class Settings:
     )
     hold_duck_db: float = _env_field(
         "HOLD_DUCK_DB",
-        0.0,
+        12.0,
         "While the caller's short words over the bot are judged (a 'mhm', or the start of "
         "an interruption), the bot goes on this many dB quieter (up to 30) instead of "
         "stopping; 0 stops it until the words are judged.",
     )
     hold_lowered_ms: int = _env_field(
         "HOLD_LOWERED_MS",
-        200,
+        120,
         "With HOLD_DUCK_DB, a caller still talking this long after their onset silences "
         "the lowered bot until they stop (it may be an interruption); it plays on lowered "
         "while their words are judged. 0 keeps it lowered throughout.",

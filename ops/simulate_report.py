@@ -121,6 +121,23 @@ class CallReport:
                 spans.append((start, end))
         return spans
 
+    def longest_silence_ms(self, start_ms: float, end_ms: float) -> float:
+        """The longest the caller heard nothing at all of the bot between two times, in
+        whole 20 ms frames: where Twilio's buffer was empty, or the bot sent silence.
+
+        A bot lowered under a caller's words (HOLD_DUCK_DB) is quiet, not silent: its
+        quietest frames can fall under `bot_utterances`' voiced level, so the gaps
+        between utterances move with what the bot was saying; this does not.
+        """
+        frame = RATE // 50
+        audio = self.bot_audio_between(start_ms, end_ms)
+        frames = audio[: audio.size // frame * frame].reshape(-1, frame)
+        longest = run = 0
+        for silent in (np.abs(frames.astype(np.int32)).max(axis=1) == 0).tolist():
+            run = run + 1 if silent else 0
+            longest = max(longest, run)
+        return longest * 1000 * frame / RATE
+
     def bot_audio_between(self, start_ms: float, end_ms: float) -> np.ndarray:
         """The bot as heard between two report times."""
         start = max(0, round(start_ms * RATE / 1000))

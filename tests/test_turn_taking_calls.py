@@ -7,8 +7,6 @@ for again, and a goodbye gets a goodbye. Times are the simulator's, at the calle
 
 from __future__ import annotations
 
-from itertools import pairwise
-
 import numpy as np
 import pytest
 
@@ -137,8 +135,12 @@ async def test_a_ducking_bot_goes_on_quietly_under_a_backchannel(ducking_bot: Bo
     # Lowered, and silenced at most while the "okay" goes on past 200 ms: the caller
     # never hears the greeting stop for long (a stopped bot pauses ~0.8-1 s), and it
     # takes no longer to hear than its length, that silence and the moment replayed.
-    gaps = [later[0] - earlier[1] for earlier, later in pairwise(report.bot_utterances)]
-    assert max(gaps, default=0.0) < 500, report.bot_utterances
+    # Silence is what the caller hears nothing in: the lowered greeting's quietest
+    # frames fall under the utterances' voiced level, and gaps between utterances
+    # measured 420-520 ms around one 420 ms silence.
+    first_heard, last_heard = report.bot_utterances[0][0], report.bot_utterances[-1][1]
+    silence = report.longest_silence_ms(first_heard, last_heard)
+    assert silence < 500, (silence, report.bot_utterances)
     heard_for = report.bot_utterances[-1][1] - report.bot_utterances[0][0]
     assert heard_for <= greeting_ms(ducking_bot) + 600, (heard_for, greeting_ms(ducking_bot))
 

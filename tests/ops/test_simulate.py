@@ -501,6 +501,20 @@ def test_bot_spans_join_a_replys_sentence_pauses_but_not_two_replies() -> None:
     assert CallReport(call_sid="CA1", stream_sid="MZ1", twiml="").bot_spans(1000) == []
 
 
+def test_the_longest_silence_counts_only_what_the_caller_heard_nothing_in() -> None:
+    # 1 s of the bot at full level, 200 ms of it 30 dB down (quiet, not silent), 300 ms of
+    # nothing, then the bot again; 20 ms frames on the report's 8 kHz clock.
+    t = np.arange(8000) / 8000
+    loud = (8000 * np.sin(2 * np.pi * 440 * t)).astype(np.int16)
+    quiet = (loud[:1600] / 32).astype(np.int16)
+    audio = np.concatenate([loud, quiet, np.zeros(2400, np.int16), loud])
+    report = CallReport(call_sid="CA1", stream_sid="MZ1", twiml="", bot_audio=audio)
+
+    assert report.longest_silence_ms(0, 3500) == 300
+    assert report.longest_silence_ms(0, 1300) == 100  # only the part in the window
+    assert report.longest_silence_ms(0, 1000) == 0
+
+
 @pytest.mark.parametrize(
     "stream",
     [
