@@ -115,9 +115,11 @@ class Playback:
 
     def stopped_at(self) -> int:
         """Where on the call clock the caller stopped hearing the bot, were it cleared now:
-        at the hold if it is stopped, else now (a lowered bot is still heard)."""
+        at the hold if it is stopped, else now (a lowered bot is still heard), or where
+        its audio ran out if that was earlier (a lowered reply can play out under the
+        caller's words long before they are judged an interruption)."""
         if self._held is None:
-            return self.now()
+            return min(self.now(), self.clock.sent_until)
         return self._silenced_at if self._lowered is not None else self._held_at
 
     async def play(self, pcm: np.ndarray, rate: int, text: str, turn_id: int) -> int:

@@ -318,6 +318,11 @@ class PlayoutClock:
             )
         return rest
 
+    @property
+    def sent_until(self) -> int:
+        """Where the audio sent so far ends by the schedule (after a clear: the clear)."""
+        return self._tail
+
     def audible(self, now: int) -> bool:
         """Bot audio is (expected to be) playing: unechoed chunks scheduled past now."""
         return bool(self._pending) and self._tail > now - _FRAME

@@ -305,6 +305,16 @@ async def test_a_lowered_bot_that_played_out_comes_back_without_a_clear() -> Non
     assert not playback.holding
 
 
+async def test_a_lowered_bot_that_played_out_was_last_heard_where_its_audio_ended() -> None:
+    playback, _, clock = _ducking(20.0)
+    await playback.play(tone(0.2, TTS_RATE), TTS_RATE, "hello there", turn_id=1)
+    clock.samples = CHUNK
+    await playback.hold()
+    assert playback.stopped_at() == CHUNK  # still playing, lowered: heard until now
+    clock.samples = 10 * CHUNK  # its last 100 ms played out long ago
+    assert playback.stopped_at() == 2 * CHUNK
+
+
 async def _silenced() -> tuple[Playback, RecordingSink, Clock, float]:
     """A second of reply, lowered 200 ms in and silenced 200 ms later; and its level."""
     playback, sink, clock = _ducking(20.0)
