@@ -24,7 +24,10 @@ all.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import threading
+import time
 
 import numpy as np
 
@@ -41,6 +44,23 @@ _FRAME = ECHO_RATE // 100  # AEC3 takes exactly 10 ms per call
 # into bands and back), measured by cross-correlation; see tests/media/test_echo.py.
 AEC_DELAY_SAMPLES = 88
 _SCALE = np.float32(32767.0)
+# How long the process waits at exit, after the native runtime is disposed, for a callback
+# it had already begun into Python (see _settle_at_exit): microseconds of work.
+_EXIT_SETTLE_S = 0.1
+
+
+@functools.cache
+def _settle_at_exit() -> None:
+    """Once per process, before the native runtime starts: an exit handler that runs
+    after the runtime's own (atexit runs handlers last-registered first) and waits.
+
+    The runtime's disposal (livekit-ffi's `livekit_ffi_dispose`) logs, and its log task
+    hands each record to a Python callback on a tokio worker thread. A callback still
+    waiting for the GIL when the interpreter finalizes is ended with pthread_exit, whose
+    unwinding through Rust's `extern "C"` frame aborts the process ("panic in a function
+    that cannot unwind", exit status 134): seen once, after a test run had passed. A
+    short sleep, the GIL released, lets that callback finish first."""
+    atexit.register(time.sleep, _EXIT_SETTLE_S)
 
 
 class EchoCanceller:
@@ -54,6 +74,7 @@ class EchoCanceller:
     """
 
     def __init__(self) -> None:
+        _settle_at_exit()
         # Imported here: loading the native runtime costs ~100 ms, and only calls use it.
         from livekit import rtc
 
