@@ -203,7 +203,13 @@ def bench_turns(args: argparse.Namespace) -> dict[str, object]:
         if args.seed is None:
             args.seed = int(time.time()) % 1_000_000
         recordings = None if args.synthetic_only else voices.recordings
-        scripts = corpus_scripts(args.seed, args.corpus, recordings, args.recorded_share)
+        scripts = corpus_scripts(
+            args.seed,
+            args.corpus,
+            recordings,
+            args.recorded_share,
+            over_every_reply=args.over_every_reply,
+        )
         half_of = halves(args.seed, scripts)
         print(f"corpus calls: seed {args.seed}", flush=True)
     else:
@@ -325,6 +331,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         metavar="SHARE",
         help=f"with --corpus: this share of the calls recorded people, 0 to 1 (default "
         f"{RECORDED_SHARE}; the recorded calls of a seed change with it)",
+    )
+    turns.add_argument(
+        "--over-every-reply",
+        action="store_true",
+        help="with --corpus: every call speaks over each reply to its first three lines "
+        "(a backchannel or an interruption), not over one reply of most calls: three "
+        "times as many to measure what they cost",
     )
     turns.add_argument("--url", default="", help="dial a running server instead of starting one")
     turns.add_argument("--auth-token", default=os.environ.get("TWILIO_AUTH_TOKEN"))

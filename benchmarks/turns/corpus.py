@@ -14,7 +14,9 @@ the Piper voice's (the recordings hold none).
 
 Over the bot's reply to one of its first three lines, most calls also speak once more:
 a backchannel, or another corpus line that interrupts, at a random point of the reply
-(while enough of it is still to come to tell a stop from its end). Backchannels are the
+(while enough of it is still to come to tell a stop from its end); with
+`--over-every-reply`, every call speaks over each reply to its first three lines, for
+three times as many to measure. Backchannels are the
 commonest forms of the Switchboard corpus's "acknowledge (backchannel)" act (Jurafsky,
 Shriberg and Biasca, SWBD-DAMSL coders manual, 1997): a closed class, not our sentences.
 
@@ -101,14 +103,22 @@ def corpus_scripts(
     calls: int,
     recordings: Recordings | None = None,
     recorded_share: float = RECORDED_SHARE,
+    *,
+    over_every_reply: bool = False,
 ) -> list[Script]:
     """`calls` calls drawn by `seed`: `recorded_share` of them (a quarter unless told)
-    recorded people, unless `recordings` is None (then all are synthesised)."""
+    recorded people, unless `recordings` is None (then all are synthesised).
+
+    `over_every_reply`: every call speaks over each reply to its first three lines, not
+    over one reply of most calls: three times the backchannels and interruptions, for
+    measuring what they cost (a seed draws other calls this way)."""
     if not 0.0 <= recorded_share <= 1.0:
         raise SystemExit(f"--recorded-share: 0 to 1, not {recorded_share}")
     rng = np.random.default_rng(seed)
     pairs = corpus_pairs()
-    per_call = TURNS_PER_CALL + 1  # the last: an interruption's words, if one is drawn
+    overlaps = TURNS_PER_CALL - 1 if over_every_reply else 1
+    # The last lines: an interruption's words, if one is drawn.
+    per_call = TURNS_PER_CALL + overlaps
     most = len(pairs) // per_call
     if not 1 <= calls <= most:
         raise SystemExit(f"--corpus: 1 to {most} calls (the corpus has {len(pairs)} lines)")
@@ -123,23 +133,28 @@ def corpus_scripts(
     recorded = set(people.permutation(calls)[:share].tolist())
     scripts = []
     for call in range(calls):
-        *lines, spare = [pairs[int(i)][1] for i in picks[call * per_call : (call + 1) * per_call]]
+        drawn = [pairs[int(i)][1] for i in picks[call * per_call : (call + 1) * per_call]]
+        lines, spares = drawn[:TURNS_PER_CALL], drawn[TURNS_PER_CALL:]
         turns = [_line(rng, line) for line in lines]
-        at = None
-        if rng.random() < OVERLAP_SHARE:
-            # Over the reply to one of the first three lines: the fourth's reply may be cut
-            # short by the caller's hang-up.
-            at = int(rng.integers(1, TURNS_PER_CALL))
-            turns.insert(at, _over_reply(rng, spare))
+        # Over the reply to one of the first three lines (or to each): the fourth's reply
+        # may be cut short by the caller's hang-up.
+        at: list[int] = []
+        if over_every_reply:
+            at = list(range(1, TURNS_PER_CALL))
+        elif rng.random() < OVERLAP_SHARE:
+            at = [int(rng.integers(1, TURNS_PER_CALL))]
+        for where, spare in reversed(list(zip(at, spares, strict=False))):
+            turns.insert(where, _over_reply(rng, spare))
         voice = _voice(rng)
         if call in recorded:  # (none without enough utterances: share 0)
             # Each utterance once in a run while there are enough of them.
             if len(unused) < per_call:
                 unused = list(people.permutation(len(utterances)))
             said = [utterances[int(unused.pop())] for _ in range(per_call)]
-            turns = [_recorded_line(people, u) for u in said[:-1]]
-            if at is not None:
-                turns.insert(at, _over_reply(people, said[-1].clip, recorded=True))
+            turns = [_recorded_line(people, u) for u in said[:TURNS_PER_CALL]]
+            spoken_over = said[TURNS_PER_CALL:]
+            for where, over in reversed(list(zip(at, spoken_over, strict=False))):
+                turns.insert(where, _over_reply(people, over.clip, recorded=True))
             voice = Voice(RECORDED, 0, PACKAGE.split("==")[0])
         scripts.append(Script(f"corpus-{call:02d}", tuple(turns), voice=voice))
     return scripts

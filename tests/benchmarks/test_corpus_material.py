@@ -75,3 +75,16 @@ def test_corpus_calls_speak_over_replies_at_random_points() -> None:
             assert isinstance(line, str) and len(line.split()) >= 3
             others = [t.text for t in script.turns if t is not say]
             assert line not in others, "an interruption says a line of its own"
+
+
+def test_over_every_reply_speaks_over_each_of_the_first_three_replies() -> None:
+    scripts = corpus_scripts(seed=11, calls=12, over_every_reply=True)
+    for script in scripts:
+        after = [say.after is After.BOT_SPEAKING for say in script.turns]
+        # line, over its reply, line, over, line, over, line
+        assert after == [False, True, False, True, False, True, False], script.name
+        over = [say for say in script.turns if say.after is After.BOT_SPEAKING]
+        interruptions = [say.parts[0] for say in over if say.kind is Kind.INTERRUPTION]
+        assert len(set(interruptions)) == len(interruptions), "each a line of its own"
+    kinds = [say.kind for s in scripts for say in s.turns if say.after is After.BOT_SPEAKING]
+    assert {Kind.BACKCHANNEL, Kind.INTERRUPTION} == set(kinds)
