@@ -24,7 +24,9 @@ its last speech sample (the voice is trimmed), scripted pauses included. Turns t
   turn and ran over its end is not an answer to the whole turn.
 - talk-over: a bot onset while the caller is speaking or inside a caller turn's
   scripted internal pause, i.e. inside any caller turn's span [first, last sample);
-  every such onset counts once.
+  every such onset counts once. Of them, those whose audio does not reach the bot's
+  full level within 200 ms are reported apart (informative): a bot lowered under the
+  caller's words (HOLD_DUCK_DB) that plays on in their pause, not a reply starting.
 - cut-off in a pause: a pause turn (a sentence with a scripted 0.5-1.5 s pause in the
   middle) in which a bot onset lands after the pause began and before the turn's end:
   the bot took the pause for the end of the turn (its audio may reach the ear only

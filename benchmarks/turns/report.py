@@ -82,6 +82,11 @@ def table_rows(tally: Tally, *, clean: bool, concurrent: int) -> list[Row]:
             lambda v: v == 0,
         ),
         _row(
+            "of it, a held bot playing on lowered (informative)",
+            str(tally.talk_over_lowered),
+            None,
+        ),
+        _row(
             "cut-offs in pauses",
             _ratio(tally.cut_offs, tally.pause_turns),
             cut,

@@ -14,6 +14,9 @@ from ops.simulate import CallReport, TurnResult
 ANSWER_WINDOW_MS: Final = 5000.0
 DEAD_AIR_MS: Final = 2000.0
 BACKCHANNEL_WINDOW_MS: Final = 1500.0
+# A talk-over onset whose bot audio reaches its full level this soon is a reply (or a
+# resumption) starting; one that stays under it is a held bot playing on lowered.
+FULL_LEVEL_WITHIN_MS: Final = 200.0
 
 Span = tuple[float, float]
 
@@ -41,6 +44,7 @@ class TurnScore:
     answered: bool | None = None
     latency_ms: float | None = None
     talk_over_onsets: list[float] = field(default_factory=list)
+    talk_over_lowered: int = 0  # of them, a held bot playing on lowered (HOLD_DUCK_DB)
     dead_air: bool | None = None
     cut_off: bool | None = None
     cut_off_inside_pause: bool | None = None
@@ -62,6 +66,7 @@ class Tally:
     expect_answer: int = 0
     answered: int = 0
     talk_over: int = 0
+    talk_over_lowered: int = 0
     pause_turns: int = 0
     cut_offs: int = 0
     readings: int = 0
@@ -140,6 +145,10 @@ def score_call(facts: Sequence[TurnFacts], report: CallReport) -> tuple[Tally, l
         )
         score.talk_over_onsets = [t for t in onsets if start <= t < end]
         tally.talk_over += len(score.talk_over_onsets)
+        score.talk_over_lowered = sum(
+            not _overlaps(full, t, t + FULL_LEVEL_WITHIN_MS) for t in score.talk_over_onsets
+        )
+        tally.talk_over_lowered += score.talk_over_lowered
         if fact.kind in EXPECTS_ANSWER:
             _judge_answer(score, tally, onsets, utterances, following)
         if fact.kind is Kind.PAUSE and fact.pauses_ms:

@@ -265,6 +265,37 @@ def _lowered_report(turns: Sequence[Span], *segments: tuple[float, float | None]
     return report
 
 
+def test_a_lowered_bot_playing_on_in_an_interrupting_callers_pause_is_talk_over_apart() -> None:
+    # The reply at full level, lowered at the interruption (4500), silenced at 4700, back
+    # lowered in the caller's pause at 5200, silenced again at 5400; the answer at 6300.
+    report = _lowered_report(
+        [(0, 1000), (4500, 6000)],
+        (1600, None),
+        (2900, -20),
+        (200, -40),
+        (500, None),
+        (200, -40),
+        (900, None),
+        (1000, -20),
+    )
+
+    tally, [_, score] = score_call([Q, INTERRUPT], report)
+
+    assert score.talk_over_onsets == [5200] and score.talk_over_lowered == 1
+    assert tally.talk_over == 1 and tally.talk_over_lowered == 1
+    rows = {r.measure: r.result for r in table_rows(tally, clean=True, concurrent=1)}
+    assert rows["of it, a held bot playing on lowered (informative)"] == "1"
+
+
+def test_a_reply_starting_inside_the_callers_turn_is_talk_over_at_full_level() -> None:
+    report = _lowered_report([(0, 3000)], (2000, None), (600, -20), (1000, None))
+
+    tally, [score] = score_call([Q], report)
+
+    assert score.talk_over_onsets == [2000] and score.talk_over_lowered == 0
+    assert tally.talk_over == 1 and tally.talk_over_lowered == 0
+
+
 def test_the_bot_at_full_level_leaves_out_where_it_was_lowered_and_where_it_was_silent() -> None:
     report = CallReport(call_sid="CA", stream_sid="MZ", twiml="")
     report.bot_audio = _bot_audio((1000, -20), (600, -40), (1000, -20), (500, None), (400, -22))
