@@ -87,6 +87,12 @@ class Continuation:
         if self._heard - since_onset <= _samples(self.cfg.continuation_heard_ms):
             self._continues = answered
 
+    @property
+    def may_go_on(self) -> bool:
+        """The speech over the reply now may be the answered turn going on (see
+        `speech_over_bot`)."""
+        return self._continues is not None
+
     def overlap_ended(self) -> None:
         """The speech over the bot did not take the floor."""
         self._continues = None

@@ -273,7 +273,10 @@ class TurnEngine:
             case TurnState.HELD | TurnState.RESUMING:
                 assert self._overlap is not None
                 self._overlap.stopped = sample
-                if self._overlap.lowers_again():
+                # Not when the speech may be the rest of the answered turn (it came right
+                # after the pause the bot answered into): a caller finishing a sentence
+                # pauses again, and the bot would come back into that pause.
+                if not self._answered.may_go_on and self._overlap.lowers_again():
                     out.append(Lower())
                 # Short: a backchannel, or a short interruption (a word or two). Its
                 # words decide; the bot stays held (or lowered) meanwhile.

@@ -116,3 +116,34 @@ def test_a_caller_who_goes_on_after_being_lowered_under_is_not_lowered_under_aga
     # Until it was cleared: lowered under the first 200 ms, and in the first gap only.
     cleared = out.at(Clear)[0]
     assert out.heard_bot_between(OVER_BOT_MS, cleared) <= 200 + 300
+
+
+def _going_on_after(pause_ms: int) -> Outcome:
+    """A caller answered 200 ms into their pause goes on over the reply `pause_ms` after
+    they stopped, for 400 ms: the rest of their sentence, or a word to the reply."""
+    return run(
+        [Say(1500), Quiet(pause_ms), Say(400)],
+        [
+            Hears(1600, "I would like to go", probability=0.6),
+            Hears(99_000, "to the library.", probability=0.1),
+        ],
+        config=LOWERED,
+    )
+
+
+def test_speech_right_after_the_answered_pause_is_not_played_into_when_it_stops() -> None:
+    # 1.1 s after the caller stopped, 0.5 s into the reply: it may be their sentence
+    # going on, and a caller finishing a sentence pauses again. The bot stays silent
+    # until the words are judged.
+    out = _going_on_after(1100)
+    assert out.of(Hold) and out.of(Silence), out.decisions
+    assert not out.of(Lower), out.decisions
+    silenced = out.at(Silence)[0]
+    judged = (out.at(Resume) or out.at(Clear))[0]
+    assert out.heard_bot_between(silenced + 20, judged) == 0
+
+
+def test_the_same_speech_well_after_the_answered_pause_is_played_into_lowered() -> None:
+    # 2 s after the caller stopped: past the window in which it could go on their turn.
+    out = _going_on_after(2000)
+    assert out.of(Silence) and out.of(Lower), out.decisions
