@@ -33,6 +33,9 @@ them. From a source checkout, with the dev dependencies: benchmarks are not inst
     python -m benchmarks llm          embedded LLM servers: first clause when 1..N calls
                                       ask at once, per layout of servers x threads
                                       (benchmarks/llm.py)
+    python -m benchmarks llama-beside the embedded LLM and the words judge beside the
+                                      other models of a call: stalls, by threads
+                                      (benchmarks/llama_beside.py)
     python -m benchmarks stt-evidence Whisper's own evidence on phone speech and noise,
                                       for `stt.assess` (benchmarks/stt_evidence.py)
     python -m benchmarks llama-build  tokens per second of llama.cpp builds, portable vs
@@ -95,6 +98,7 @@ def parser() -> argparse.ArgumentParser:
         frontend,
         hearing,
         lanes,
+        llama_beside,
         llm,
         recorder,
         soak,
@@ -118,6 +122,7 @@ def parser() -> argparse.ArgumentParser:
         soak.add_parser(sub),
         abuse.add_parser(sub),
         llm.add_parser(sub),
+        llama_beside.add_parser(sub),
         cluster.add_parser(sub),
     ]
     for bench in benches:
