@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
 from functools import partial
@@ -66,9 +65,7 @@ async def load_models(
         stack.callback(words_judge.close)
     elif settings.turn_judge == "words":
         gguf = await asyncio.to_thread(cache.path, "smollm2-135m-instruct")
-        words_judge = await asyncio.to_thread(
-            LlamaWordsJudge, gguf, threads=llama_threads(threads, usable_cores())
-        )
+        words_judge = await asyncio.to_thread(LlamaWordsJudge, gguf, threads=threads)
         stack.callback(words_judge.close)
     stt, tts = await asyncio.gather(
         asyncio.to_thread(
@@ -98,29 +95,6 @@ async def load_models(
             models.canned[line] = await asyncio.to_thread(tts.synthesize, line)
     await _warm_up(models, settings)
     return models
-
-
-def usable_cores() -> int:
-    """The cores this process may run on: its affinity mask, which a container or
-    `taskset` narrows, where the platform has one."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def llama_threads(model_threads: int, cores: int) -> int:
-    """Threads for each llama.cpp model of the process (the words judge, and the
-    embedded LLM server a lone call writes on): at most MODEL_THREADS, and half the cores.
-
-    Both run at once in every pause (the judge checks the caller's words while the
-    reply is drafted), and llama.cpp's threads spin at each barrier waiting for the
-    others: once the two together want more cores than there are, a thread that lost its
-    core stalls its whole pool. On 2 cores with 2 threads each, a judge check took up to
-    5.5 s instead of 40 ms, and a reply stopped for 3.5 s at a time; on 1 thread each,
-    neither went over 41 ms (docs/benchmarks.md, 2026-11-28).
-    """
-    return max(1, min(model_threads, cores // 2))
 
 
 def smart_turn_needed(turn_judge: str, fused: FusedWeights | None = None) -> bool:
@@ -258,16 +232,14 @@ async def _start_embedded_servers(
 ) -> list[EmbeddedLlamaServer]:
     """`count` copies of llama.cpp's server, each writing one reply at a time.
 
-    The first, which a new lone call gets, has `llama_threads` threads (MODEL_THREADS
-    where there are cores for it and the words judge); the others one each. llama.cpp's
-    threads spin while they wait for each other, so 4 servers of 2 threads on 2 cores
-    took 1.3-14.5 s to a first clause with 4 calls asking at once. `python -m benchmarks
-    llm` on 2 cores, without the words judge, first clause p50 / p90: 1 call 133-245 /
-    356-383 ms on 2 threads, 288 / 424 on 1; 4 calls at once 1168-1271 / 2117-2275 ms on
-    one server, 359 / 508 on 4x1, 382-391 / 1071-1079 on 2+1+1+1.
+    The first, which a new lone call gets, has MODEL_THREADS threads; the others one
+    each. llama.cpp's threads spin while they wait for each other, so 4 servers of 2
+    threads on 2 cores took 1.3-14.5 s to a first clause with 4 calls asking at once;
+    `python -m benchmarks llm` on 2 cores, first clause p50 / p90: 1 call 133-245 / 356-383 ms
+    on 2 threads, 288 / 424 on 1; 4 calls at once 1168-1271 / 2117-2275 ms on one
+    server, 359 / 508 on 4x1, 382-391 / 1071-1079 on 2+1+1+1.
     """
-    first = llama_threads(settings.model_threads, usable_cores())
-    threads = [first if index == 0 else 1 for index in range(count)]
+    threads = [settings.model_threads if index == 0 else 1 for index in range(count)]
     ports = fill_ports(server_ports(settings, count))
     servers = [
         EmbeddedLlamaServer(gguf, port=port, threads=n, api_key=settings.llm_embedded_api_key)

@@ -308,11 +308,7 @@ class Settings:
         "TURN_JUDGE_API_KEY", "", "API key for TURN_JUDGE_URL.", secret=True
     )
     model_threads: int = _env_field(
-        "MODEL_THREADS",
-        2,
-        "Threads each CPU model (STT, TTS, LLM) may use. The llama.cpp ones (the embedded "
-        "LLM, the words judge) use at most half the process's cores: they run at once, and "
-        "their threads spin waiting for each other.",
+        "MODEL_THREADS", 2, "Threads each CPU model (STT, TTS, LLM) may use."
     )
     llm_base_url: str = _env_field(
         "LLM_BASE_URL",
@@ -358,8 +354,7 @@ class Settings:
         "LLM_EMBEDDED_SERVERS",
         0,
         "Embedded llama.cpp servers (each writes one reply at a time). 0: one per call "
-        "(MAX_CALLS). The first uses MODEL_THREADS threads (at most half the cores), the "
-        "others one each.",
+        "(MAX_CALLS). The first uses MODEL_THREADS threads, the others one each.",
     )
     tts_voice: str = _env_field(
         "TTS_VOICE", "", "Piper voice .onnx file. Empty: bundled en_US joe (medium)."

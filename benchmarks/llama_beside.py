@@ -14,7 +14,8 @@ cores or stall each other. Each round measures, with the persona and greeting of
   gap between pieces, and the whole reply (a reply is cut off after 15 s);
 - twelve judge checks alone, then twelve while replies are streamed: p50 and max.
 
-Without the options, the threads are the ones `offhook serve` gives each model here.
+Without the options, each model has MODEL_THREADS threads, as `offhook serve` gives the
+words judge, Piper and the first embedded server.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from agents.cascade.llm import Message, OpenAIChat
 from agents.cascade.llm_server import EmbeddedLlamaServer
 from agents.cascade.tts import PiperSpeaker
 from agents.cascade.words_judge import LlamaWordsJudge
-from agents.loading import llama_threads, usable_cores
 from app.settings import Settings
 from benchmarks.measure import machine, percentile
 
@@ -150,13 +150,11 @@ async def _keep_writing(chat: OpenAIChat, prefix: list[Message], stop: threading
 
 def bench_llama_beside(args: argparse.Namespace) -> dict[str, object]:
     settings = Settings.from_env({})
-    here = llama_threads(settings.model_threads, usable_cores())
-    args.llm_threads = args.llm_threads or here
-    args.judge_threads = args.judge_threads or here
+    args.llm_threads = args.llm_threads or settings.model_threads
+    args.judge_threads = args.judge_threads or settings.model_threads
     args.tts_threads = args.tts_threads or settings.model_threads
     result: dict[str, object] = {
         "machine": machine(),
-        "usable_cores": usable_cores(),
         "threads": {"llm": args.llm_threads, "judge": args.judge_threads, "tts": args.tts_threads},
     }
     result.update(asyncio.run(_measure(args, settings)))
@@ -178,7 +176,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     for model in ("llm", "judge", "tts"):
         bench.add_argument(
-            f"--{model}-threads", type=int, default=0, help="threads (0: as `serve` sets them)"
+            f"--{model}-threads", type=int, default=0, help="threads (0: MODEL_THREADS)"
         )
     bench.add_argument("--rounds", type=int, default=3, help="measured rounds")
     bench.set_defaults(run=bench_llama_beside, show=show)
