@@ -61,13 +61,16 @@ async def test_a_spoken_question_gets_a_spoken_answer_on_topic(
     report = await call(
         bot,
         CallerTurn(text="What is the weather usually like in London?", after="bot_done"),
-        hangup_after_ms=6000,
+        # What the bot says is under test here, not how soon: on 2 busy cores the LLM
+        # can stop for seconds between clauses (docs/benchmarks.md, `llama-beside`).
+        hangup_after_ms=12000,
     )
 
     turn = report.turns[0]
     assert turn.latency_ms is not None, "the bot never answered"
+    # All of the reply (Whisper reads up to 30 s): its topic words may come in any clause.
     reply = transcribe(
-        models, report.bot_audio_between(turn.bot_reply_start_ms, turn.bot_reply_start_ms + 8000)
+        models, report.bot_audio_between(turn.bot_reply_start_ms, turn.bot_reply_start_ms + 30000)
     )
     topic = {
         "weather",
