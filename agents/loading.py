@@ -27,6 +27,7 @@ from agents.cascade.tts import PiperSpeaker
 from agents.cascade.turn_evaluator import EndOfTurn
 from agents.cascade.words_judge import LlamaWordsJudge
 from agents.config import ModelSettings, shown_url
+from agents.openmp import bound_openmp_spin
 from agents.turns.config import FusedWeights, TurnTaking
 from media.turn import EndOfTurnModel
 
@@ -41,6 +42,8 @@ async def load_models(
 
     Cleanup of what was started is pushed onto `stack`, so the caller's lifespan closes it.
     """
+    # Before anything loads libgomp (llama_cpp, ctranslate2), which reads it only then.
+    bound_openmp_spin()
     cache = ModelCache(settings.model_cache_dir)
     threads = settings.model_threads
 

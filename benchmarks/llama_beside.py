@@ -15,7 +15,9 @@ cores or stall each other. Each round measures, with the persona and greeting of
 - twelve judge checks alone, then twelve while replies are streamed: p50 and max.
 
 Without the options, each model has MODEL_THREADS threads, as `offhook serve` gives the
-words judge, Piper and the first embedded server.
+words judge, Piper and the first embedded server, and OpenMP threads spin as `serve` has
+them (agents.openmp); `GOMP_SPINCOUNT=300000` in the environment measures libgomp's own
+default.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +35,7 @@ from agents.cascade.llm import Message, OpenAIChat
 from agents.cascade.llm_server import EmbeddedLlamaServer
 from agents.cascade.tts import PiperSpeaker
 from agents.cascade.words_judge import LlamaWordsJudge
+from agents.openmp import bound_openmp_spin
 from app.settings import Settings
 from benchmarks.measure import machine, percentile
 
@@ -149,6 +153,8 @@ async def _keep_writing(chat: OpenAIChat, prefix: list[Message], stop: threading
 
 
 def bench_llama_beside(args: argparse.Namespace) -> dict[str, object]:
+    # As `serve` does before it loads a model; GOMP_SPINCOUNT=300000 is libgomp's own.
+    bound_openmp_spin()
     settings = Settings.from_env({})
     args.llm_threads = args.llm_threads or settings.model_threads
     args.judge_threads = args.judge_threads or settings.model_threads
@@ -156,6 +162,11 @@ def bench_llama_beside(args: argparse.Namespace) -> dict[str, object]:
     result: dict[str, object] = {
         "machine": machine(),
         "threads": {"llm": args.llm_threads, "judge": args.judge_threads, "tts": args.tts_threads},
+        "openmp_wait": {
+            name: os.environ[name]
+            for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
+            if name in os.environ
+        },
     }
     result.update(asyncio.run(_measure(args, settings)))
     return result

@@ -25,6 +25,7 @@ import httpx
 
 from agents.environment import SERVER_SECRETS, child_environment
 from agents.errors import BackendUnavailable
+from agents.openmp import bound_openmp_spin
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ def _child_environment() -> dict[str, str]:
     ours = child_environment(drop={*SERVER_SECRETS, "LLM_API_KEY"})
     env = {key: value for key, value in ours.items() if key.upper() not in theirs}
     env["PYTHONUNBUFFERED"] = "1"
+    bound_openmp_spin(env)
     return env
 
 
