@@ -51,6 +51,8 @@ async def test_a_started_server_has_written_a_completion(gguf: Path) -> None:
     try:
         assert server.running
         assert (await reply(chat)).strip()
+        environ = await asyncio.to_thread(Path(f"/proc/{server.pid}/environ").read_bytes)
+        assert any(item.startswith(b"GOMP_SPINCOUNT=") for item in environ.split(b"\0"))
     finally:
         await chat.aclose()
         await server.stop()
