@@ -9,8 +9,8 @@ after the spinner's time slice. A token of the LLM has hundreds of barriers, so 
 cores a reply stopped for 3.5 s at a time and a first token came after 9 s, past
 LLM_TIMEOUT_S (`python -m benchmarks llama-beside`, docs/benchmarks.md).
 
-A short spin keeps a lone model's speed (the partner is usually a few microseconds
-behind) and bounds what a lost core costs: at 5,000 turns the longest gap was 150 ms.
+A short spin keeps a lone model's speed within the runs' own spread, and bounds what a
+lost core costs: at 5,000 turns the longest gap beside the other models was 0.15-0.47 s.
 libgomp reads GOMP_SPINCOUNT once, when it is loaded, so the bound is set before the
 first model is, and every child process inherits it. An operator's own GOMP_SPINCOUNT
 (or OMP_WAIT_POLICY) wins.
