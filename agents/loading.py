@@ -17,16 +17,18 @@ import numpy as np
 
 from agents.assets import STT_ASSETS, ModelCache
 from agents.cascade.draft import DraftBoard
+from agents.cascade.hosted_stt import HostedTranscriber
 from agents.cascade.hosted_words_judge import HostedJudgeError, HostedWordsJudge
 from agents.cascade.llm import ChatPool, Message, OpenAIChat
 from agents.cascade.llm_health import EmbeddedLlmSupervisor, HostedLlmWatch, LlmHealth
 from agents.cascade.llm_server import EmbeddedLlamaServer, free_local_port
 from agents.cascade.models import CascadeModels
-from agents.cascade.stt import WhisperTranscriber
+from agents.cascade.stt import SpeechToText, WhisperTranscriber
 from agents.cascade.tts import PiperSpeaker
 from agents.cascade.turn_evaluator import EndOfTurn
 from agents.cascade.words_judge import LlamaWordsJudge
 from agents.config import ModelSettings, shown_url
+from agents.errors import BackendUnavailable, SpeechToTextError
 from agents.openmp import bound_openmp_spin
 from agents.turns.config import FusedWeights, TurnTaking
 from media.turn import EndOfTurnModel
@@ -48,7 +50,7 @@ async def load_models(
     threads = settings.model_threads
 
     stt_dir = Path(settings.stt_model)
-    if settings.stt_model in STT_ASSETS:
+    if settings.stt_model in STT_ASSETS and not settings.stt_url:
         stt_dir = await asyncio.to_thread(cache.path, STT_ASSETS[settings.stt_model])
     voice = Path(settings.tts_voice) if settings.tts_voice else None
     if voice is None:
@@ -70,12 +72,25 @@ async def load_models(
         gguf = await asyncio.to_thread(cache.path, "smollm2-135m-instruct")
         words_judge = await asyncio.to_thread(LlamaWordsJudge, gguf, threads=threads)
         stack.callback(words_judge.close)
-    stt, tts = await asyncio.gather(
-        asyncio.to_thread(
-            WhisperTranscriber, stt_dir, threads=threads, language=settings.stt_language
-        ),
-        asyncio.to_thread(PiperSpeaker, voice, threads=threads, speed=settings.tts_speed),
-    )
+    stt: SpeechToText
+    if settings.stt_url:
+        stt = hosted = HostedTranscriber(
+            settings.stt_url,
+            model=settings.stt_url_model,
+            api_key=settings.stt_api_key,
+            language=settings.stt_language,
+        )
+        stack.callback(hosted.close)
+        tts = await asyncio.to_thread(
+            PiperSpeaker, voice, threads=threads, speed=settings.tts_speed
+        )
+    else:
+        stt, tts = await asyncio.gather(
+            asyncio.to_thread(
+                WhisperTranscriber, stt_dir, threads=threads, language=settings.stt_language
+            ),
+            asyncio.to_thread(PiperSpeaker, voice, threads=threads, speed=settings.tts_speed),
+        )
     # EndOfTurn is a Protocol: media's model (below agents) satisfies it by its shape.
     end_of_turn: EndOfTurn | None = None
     if turn_model is not None:
@@ -261,7 +276,16 @@ async def _warm_up(models: CascadeModels, settings: ModelSettings) -> None:
     a call's first turn (`warm_up_messages`).
     """
     silence = np.zeros(16000, dtype=np.float32)
-    await asyncio.to_thread(models.stt.transcribe, silence)
+    if isinstance(models.stt, HostedTranscriber):
+        # Its first answer may be slow (a connection, a model paged in): the start waits
+        # longer than a turn would. Configured and unable to hear is a failed start, not
+        # a server that asks every caller to repeat themselves.
+        try:
+            await asyncio.to_thread(partial(models.stt.transcribe, timeout_s=30.0), silence)
+        except SpeechToTextError as exc:
+            raise BackendUnavailable(f"the STT at STT_URL cannot transcribe: {exc}") from exc
+    else:
+        await asyncio.to_thread(models.stt.transcribe, silence)
     if models.end_of_turn is not None:
         await asyncio.to_thread(models.end_of_turn.predict, silence)
     if models.words_judge is not None:

@@ -16,8 +16,8 @@ from starlette.websockets import WebSocket
 
 from agents.cascade.agent import CascadeModels
 from agents.cascade.hosted_words_judge import HostedJudgeError
-from agents.cascade.llm_server import LlmStartError
 from agents.duplex.supervisor import WorkerSupervisor
+from agents.errors import BackendUnavailable
 from agents.loading import load_models, smart_turn_needed
 from app.admission import Reservation
 from app.call import CallSession
@@ -309,7 +309,7 @@ async def _start_record(services: Services, start: Start, record: str) -> CallRe
             "offhook": OFFHOOK_VERSION,
             "settings": settings.fingerprint(),
             "models": {
-                "stt": settings.stt_model,
+                "stt": settings.stt_url_model if settings.stt_url else settings.stt_model,
                 "llm": settings.llm_model or (settings.llm_gguf or "smollm2-135m-instruct"),
                 "tts": settings.tts_voice or "piper-joe-medium",
                 **(
@@ -484,8 +484,9 @@ async def _load(
         models = await load_models(services.settings, stack)
     except asyncio.CancelledError:
         raise
-    except (LlmStartError, HostedJudgeError) as exc:
-        # Its message is the cause and what to do: no traceback to read through.
+    except (BackendUnavailable, HostedJudgeError) as exc:
+        # An LLM that cannot start, a hosted STT or judge that cannot answer: its
+        # message is the cause and what to do, no traceback to read through.
         services.load_error = str(exc)
         log.error("cannot start: %s", exc)
     except Exception as exc:

@@ -283,6 +283,18 @@ class Settings:
         "to a CTranslate2 model folder.",
     )
     stt_language: str = _env_field("STT_LANGUAGE", "en", "Language spoken by callers.")
+    stt_url: str = _env_field(
+        "STT_URL",
+        "",
+        "An OpenAI-compatible transcription server (its /audio/transcriptions, answering "
+        "`verbose_json`: OpenAI's API, a faster-whisper server, vLLM) to hear callers with "
+        "instead of the embedded Whisper (STT_MODEL is then not loaded): a larger Whisper "
+        "on a GPU hears better. A request over 3 s is a turn not heard (the caller is "
+        "asked again); at start, a server that cannot transcribe is a failed start.",
+        url=True,
+    )
+    stt_url_model: str = _env_field("STT_URL_MODEL", "whisper-1", "Model name sent to STT_URL.")
+    stt_api_key: str = _env_field("STT_API_KEY", "", "API key for STT_URL.", secret=True)
     turn_judge: str = _env_field(
         "TURN_JUDGE",
         "words",

@@ -53,6 +53,10 @@ def check_values(s: Settings) -> None:
     if s.turn_judge_url and s.turn_judge != "words":
         # Set for a judge that would never be asked: say so rather than ignore it.
         raise SettingsError("TURN_JUDGE_URL runs the words judge: it needs TURN_JUDGE=words")
+    if s.stt_url and not s.stt_url.startswith(("http://", "https://")):
+        raise SettingsError("STT_URL must start with http:// or https://")
+    if s.stt_url and not s.stt_url_model:
+        raise SettingsError("STT_URL_MODEL must name the model STT_URL serves")
     if s.history_turns < 1:
         raise SettingsError(f"HISTORY_TURNS must be >= 1, got {s.history_turns}")
     if s.worker_session_timeout_s <= 0:

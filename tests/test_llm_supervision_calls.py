@@ -4,7 +4,7 @@
   and the next call, are answered by the LLM, not with the apology.
 - `offhook serve` whose embedded LLM cannot start (a corrupt GGUF) exits non-zero with
   the reason in one line, and never reports ready; so does one whose hosted words
-  judge (TURN_JUDGE_URL) cannot judge.
+  judge (TURN_JUDGE_URL) cannot judge, or whose hosted STT (STT_URL) cannot transcribe.
 - Readiness is false until an LLM has answered: a hosted LLM that is down at start.
 
 Real uvicorn servers, the Twilio-protocol caller, real llama.cpp processes.
@@ -173,6 +173,26 @@ def test_serve_with_a_hosted_turn_judge_that_cannot_judge_exits_with_the_reason(
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("offhook serve: cannot start: the words judge at TURN_JUDGE_URL"), last
     assert f"127.0.0.1:{judge_port}" in last, last
+    assert 200 not in answers
+
+
+def test_serve_with_a_hosted_stt_that_cannot_transcribe_exits_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    port, stt_port = free_port(), free_port()  # nothing listens on the STT's
+    env = {
+        **os.environ,
+        "PORT": str(port),
+        "DATA_DIR": str(tmp_path / "data"),
+        "LLM_EMBEDDED_SERVERS": "1",
+        "STT_URL": f"http://127.0.0.1:{stt_port}/v1",
+    }
+    env.pop("LLM_BASE_URL", None)
+    code, stderr, answers = serve_until_it_exits(env, port)
+    assert code == 1, stderr[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("offhook serve: cannot start: the STT at STT_URL"), last
+    assert f"127.0.0.1:{stt_port}" in last, last
     assert 200 not in answers
 
 
