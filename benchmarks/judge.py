@@ -29,9 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.cascade.stt import MIN_WINDOW_S, WhisperTranscriber
+from agents.cascade.hosted_stt import HostedTranscriber
+from agents.cascade.stt import MIN_WINDOW_S, SpeechToText, WhisperTranscriber
 from agents.cascade.turn_evaluator import heard_as
 from agents.cascade.words_judge import LlamaWordsJudge
+from agents.config import shown_url
 from agents.turns.audio import CallerAudio
 from agents.turns.config import FusedWeights, TurnTaking
 from agents.turns.judge import FusedJudge, TurnJudge, TurnSoFar, VoiceJudge
@@ -77,16 +79,24 @@ class Observation:
 class Listeners:
     """The models a call's engine asks at a pause, loaded once for a run."""
 
-    stt: WhisperTranscriber
+    stt: SpeechToText
     turn: EndOfTurnModel
     words_judge: LlamaWordsJudge
 
     @classmethod
     def load(
-        cls, stt_model: Path, smart_turn: Path, gguf: Path, *, stt_window_s: int = MIN_WINDOW_S
+        cls,
+        stt_model: Path,
+        smart_turn: Path,
+        gguf: Path,
+        *,
+        stt_window_s: int = MIN_WINDOW_S,
+        hosted: HostedTranscriber | None = None,
     ) -> Listeners:
+        """`hosted`: a transcription server hears instead of the embedded Whisper, as
+        STT_URL makes it in calls (`stt_model` is then not loaded)."""
         return cls(
-            WhisperTranscriber(stt_model, threads=2, min_window_s=stt_window_s),
+            hosted or WhisperTranscriber(stt_model, threads=2, min_window_s=stt_window_s),
             EndOfTurnModel(smart_turn, threads=1),
             LlamaWordsJudge(gguf, threads=2),
         )
@@ -331,21 +341,27 @@ def auc(observations: list[Observation], score: str) -> float:
 
 
 def _observe_fresh(
-    items: list[Item], seed: int, stt: str, shorten: bool, window_s: int
+    items: list[Item], seed: int, stt: str, shorten: bool, window_s: int, stt_url: str = ""
 ) -> list[Observation]:
     from agents.assets import STT_ASSETS, ModelCache
     from app.settings import Settings
 
-    cache = ModelCache(Settings.from_env().model_cache_dir)
+    settings = Settings.from_env()
+    cache = ModelCache(settings.model_cache_dir)
+    heard_by = f"{stt} at {shown_url(stt_url)}" if stt_url else f"Whisper {stt}"
     print(
-        f"seed {seed}: {len(items)} caller lines, Whisper {stt}, {window_s} s window",
+        f"seed {seed}: {len(items)} caller lines, {heard_by}, {window_s} s window",
         file=sys.stderr,
     )
+    hosted = None
+    if stt_url:  # `stt` names the server's model; its key is STT_API_KEY's
+        hosted = HostedTranscriber(stt_url, model=stt, api_key=settings.stt_api_key)
     listeners = Listeners.load(
-        cache.path(STT_ASSETS[stt]),
+        Path() if hosted else cache.path(STT_ASSETS[stt]),
         cache.path("smart-turn-v3.2"),
         cache.path("smollm2-135m-instruct"),
         stt_window_s=window_s,
+        hosted=hosted,
     )
     return observe(items, seed, listeners, shorten_pauses=shorten)
 
@@ -354,7 +370,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks judge", description=__doc__)
     parser.add_argument("--items", type=int, default=240, help="caller lines (default 240)")
     parser.add_argument("--seed", type=int, default=None, help="repeat a run (default: new)")
-    parser.add_argument("--stt", default="tiny.en", help="Whisper model (tiny.en or base)")
+    parser.add_argument(
+        "--stt",
+        default="tiny.en",
+        help="Whisper model (tiny.en or base), or the model --stt-url serves",
+    )
+    parser.add_argument(
+        "--stt-url",
+        default="",
+        help="an OpenAI-compatible transcription server to hear the callers with instead "
+        "(as STT_URL in calls; its key from STT_API_KEY)",
+    )
     parser.add_argument(
         "--stt-window",
         type=int,
@@ -396,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         rng = np.random.default_rng(seed)
         items = draw(rng, args.items, corpus_pairs())
         observations = _observe_fresh(
-            items, seed, args.stt, args.pauses == "shortened", args.stt_window
+            items, seed, args.stt, args.pauses == "shortened", args.stt_window, args.stt_url
         )
     tuning = [o for o in observations if pool_of(items[o.item].caller) == "tuning"]
     held_out = [o for o in observations if pool_of(items[o.item].caller) == "held-out"]
