@@ -156,43 +156,30 @@ def test_serve_with_a_corrupt_model_exits_with_the_reason_and_is_never_ready(
     assert 200 not in answers
 
 
-def test_serve_with_a_hosted_turn_judge_that_cannot_judge_exits_with_the_reason(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("variable", "reason"),
+    [
+        ("TURN_JUDGE_URL", "the words judge at TURN_JUDGE_URL"),
+        ("STT_URL", "the STT at STT_URL cannot transcribe"),
+    ],
+)
+def test_serve_with_a_hosted_model_that_cannot_answer_exits_with_the_reason(
+    tmp_path: Path, variable: str, reason: str
 ) -> None:
-    port, judge_port = free_port(), free_port()  # nothing listens on the judge's
+    port, hosted_port = free_port(), free_port()  # nothing listens on the hosted one's
     env = {
         **os.environ,
         "PORT": str(port),
         "DATA_DIR": str(tmp_path / "data"),
         "LLM_EMBEDDED_SERVERS": "1",
-        "TURN_JUDGE_URL": f"http://127.0.0.1:{judge_port}/v1",
+        variable: f"http://127.0.0.1:{hosted_port}/v1",
     }
     env.pop("LLM_BASE_URL", None)
     code, stderr, answers = serve_until_it_exits(env, port)
     assert code == 1, stderr[-2000:]
     last = stderr.strip().splitlines()[-1]
-    assert last.startswith("offhook serve: cannot start: the words judge at TURN_JUDGE_URL"), last
-    assert f"127.0.0.1:{judge_port}" in last, last
-    assert 200 not in answers
-
-
-def test_serve_with_a_hosted_stt_that_cannot_transcribe_exits_with_the_reason(
-    tmp_path: Path,
-) -> None:
-    port, stt_port = free_port(), free_port()  # nothing listens on the STT's
-    env = {
-        **os.environ,
-        "PORT": str(port),
-        "DATA_DIR": str(tmp_path / "data"),
-        "LLM_EMBEDDED_SERVERS": "1",
-        "STT_URL": f"http://127.0.0.1:{stt_port}/v1",
-    }
-    env.pop("LLM_BASE_URL", None)
-    code, stderr, answers = serve_until_it_exits(env, port)
-    assert code == 1, stderr[-2000:]
-    last = stderr.strip().splitlines()[-1]
-    assert last.startswith("offhook serve: cannot start: the STT at STT_URL"), last
-    assert f"127.0.0.1:{stt_port}" in last, last
+    assert last.startswith(f"offhook serve: cannot start: {reason}"), last
+    assert f"127.0.0.1:{hosted_port}" in last, last
     assert 200 not in answers
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from agents.cascade.hosted_answers import posted_json
 from agents.cascade.stt import MAX_WINDOW_S, Transcript, collapse_loop
 from agents.config import shown_url
 from agents.errors import SpeechToTextError
@@ -91,15 +92,15 @@ class HostedTranscriber:
         }
         files = {"file": ("turn.wav", wav_bytes(audio), "audio/wav")}
         timeout = httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s
-        try:
-            response = self._client.post(self._url, data=form, files=files, timeout=timeout)
-            payload = response.json() if response.status_code == 200 else None
-        except httpx.HTTPError as exc:
-            raise SpeechToTextError(f"{self.where}: {type(exc).__name__}: {exc}") from exc
-        except ValueError as exc:  # a 200 that is not JSON: a proxy's page
-            raise SpeechToTextError(f"{self.where}: the answer is not JSON") from exc
-        if payload is None:
-            raise SpeechToTextError(f"{self.where}: HTTP {response.status_code}{_reason(response)}")
+        payload = posted_json(
+            self._client,
+            self._url,
+            error=SpeechToTextError,
+            where=self.where,
+            data=form,
+            files=files,
+            timeout=timeout,
+        )
         return transcript_of(payload, audio_s=audio.size / RATE, where=self.where)
 
 
@@ -131,13 +132,3 @@ def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise SpeechToTextError(f"{where}: a segment lacks avg_logprob or no_speech_prob")
     return float(value)
-
-
-def _reason(response: httpx.Response) -> str:
-    """The server's own reason, not its body: that may quote the caller's words."""
-    try:
-        error = response.json().get("error")
-        message = error.get("message") if isinstance(error, dict) else error
-    except (ValueError, AttributeError):
-        return ""
-    return f": {str(message)[:120]}" if message else ""

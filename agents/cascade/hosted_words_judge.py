@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from agents.cascade.hosted_answers import posted_json
 from agents.cascade.words_judge import (
     END_OF_TEXT_MARKERS,
     ends_a_sentence,
@@ -82,17 +83,9 @@ class HostedWordsJudge:
             body["model"] = self._model
         where = shown_url(self._url)
         timeout = httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s
-        try:
-            response = self._client.post(self._url, json=body, timeout=timeout)
-            payload = response.json() if response.status_code == 200 else None
-        except httpx.HTTPError as exc:
-            raise HostedJudgeError(f"{where}: {type(exc).__name__}: {exc}") from exc
-        except ValueError as exc:  # a 200 that is not JSON: a proxy's page
-            raise HostedJudgeError(f"{where}: the answer is not JSON") from exc
-        if payload is None:
-            # The status and the server's own reason, not the body: it may quote the
-            # prompt, which holds the caller's words.
-            raise HostedJudgeError(f"{where}: HTTP {response.status_code}{_reason(response)}")
+        payload = posted_json(
+            self._client, self._url, error=HostedJudgeError, where=where, json=body, timeout=timeout
+        )
         return ending_probability(_top_logprobs(payload, where))
 
 
@@ -104,15 +97,6 @@ def _tail(text: str, chars: int) -> str:
         return text
     cut = text[-chars:]
     return cut.split(" ", 1)[1] if " " in cut else cut
-
-
-def _reason(response: httpx.Response) -> str:
-    try:
-        error = response.json().get("error")
-        message = error.get("message") if isinstance(error, dict) else error
-    except (ValueError, AttributeError):
-        return ""
-    return f": {str(message)[:120]}" if message else ""
 
 
 def ending_probability(top: dict[str, float]) -> float:
