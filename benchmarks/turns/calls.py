@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Final
 from benchmarks.measure import BENCH_TOKEN, machine
 from benchmarks.turns.corpus import RECORDED_SHARE, corpus_scripts, halves
 from benchmarks.turns.report import print_table, table_rows
+from benchmarks.turns.said_stt import SAID_MODEL, WordsSaid, said_stt_app
 from benchmarks.turns.scoring import Span, Tally, TurnScore, score_call, score_unplaced
 from benchmarks.turns.script import LINES, SCRIPTS, PreparedScript, Script, Voices, prepare
 from ops.caller_voice import CallerVoiceError
@@ -67,7 +69,16 @@ async def _place(
     line: LineConditions,
     lane: int,
     record_dir: Path | None,
+    said: WordsSaid | None = None,
 ) -> CallOutcome:
+    on_turn_start: Callable[[int, float], None] | None = None
+    if said is not None:
+        said.new_call()
+        facts = prepared.facts
+
+        def on_turn_start(index: int, _ms: float) -> None:
+            said.turn_started(facts[index].said)
+
     config = SimulationConfig(
         base_url=url,
         auth_token=token,
@@ -76,6 +87,7 @@ async def _place(
         hangup_after_ms=HANGUP_AFTER_MS,
         max_call_s=MAX_CALL_S,
         patience_s=prepared.script.patience_s,
+        on_turn_start=on_turn_start,
         record_path=(
             None
             if record_dir is None
@@ -105,12 +117,17 @@ Plan = list[tuple[str, LineConditions, PreparedScript]]
 
 
 async def _lane(
-    url: str, token: str | None, plan: Plan, lane: int, record_dir: Path | None
+    url: str,
+    token: str | None,
+    plan: Plan,
+    lane: int,
+    record_dir: Path | None,
+    said: WordsSaid | None = None,
 ) -> list[CallOutcome]:
     await asyncio.sleep(lane * LANE_STAGGER_S)
     outcomes = []
     for line_name, line, prepared in plan:
-        outcome = await _place(url, token, prepared, line_name, line, lane, record_dir)
+        outcome = await _place(url, token, prepared, line_name, line, lane, record_dir, said)
         with _print_lock:
             print(_summary(outcome), flush=True)
         outcomes.append(outcome)
@@ -118,9 +135,17 @@ async def _lane(
 
 
 def run_plan(
-    url: str, token: str | None, plan: Plan, concurrent: int, record_dir: Path | None
+    url: str,
+    token: str | None,
+    plan: Plan,
+    concurrent: int,
+    record_dir: Path | None,
+    said: WordsSaid | None = None,
 ) -> list[CallOutcome]:
-    """Every call of the plan on each of `concurrent` lanes, lanes rotated and at once."""
+    """Every call of the plan on each of `concurrent` lanes, lanes rotated and at once;
+    with `said`, its calls' words are told to it as they are said (one lane only)."""
+    if said is not None and concurrent != 1:
+        raise ValueError("the words said are known on one call at a time")
     lanes = [
         plan[k * len(plan) // concurrent :] + plan[: k * len(plan) // concurrent]
         for k in range(concurrent)
@@ -129,7 +154,7 @@ def run_plan(
     # dialling, mixing) never holds up another's 20 ms clock.
     with ThreadPoolExecutor(concurrent, thread_name_prefix="caller") as pool:
         futures = [
-            pool.submit(asyncio.run, _lane(url, token, lane, k, record_dir))
+            pool.submit(asyncio.run, _lane(url, token, lane, k, record_dir, said))
             for k, lane in enumerate(lanes)
         ]
         return [outcome for future in futures for outcome in future.result()]
@@ -148,7 +173,11 @@ def _serve_and_run(
         keep.mkdir(parents=True, exist_ok=True)
     data_dir = keep or Path(tempfile.mkdtemp(prefix="offhook-bench-turns-"))
     servers = ServerThread()
+    said = WordsSaid() if args.hear_said else None
     try:
+        if said is not None:
+            # Up before the bot's port is drawn: the two must not draw the same one.
+            hearing = servers.serve(said_stt_app(said), free_port())
         port = free_port()
         local = settings.replace(
             public_url=f"http://127.0.0.1:{port}",
@@ -156,6 +185,8 @@ def _serve_and_run(
             data_dir=str(data_dir),
             max_calls=max(settings.max_calls, args.calls),
         )
+        if said is not None:
+            local = local.replace(stt_url=hearing, stt_url_model=SAID_MODEL)
         app = create_app(local)
         url = servers.serve(app, port)
 
@@ -163,12 +194,15 @@ def _serve_and_run(
             await asyncio.wait_for(app.state.services.ready.wait(), 600)
 
         servers.run(wait_ready(), timeout=620)
-        outcomes = run_plan(url, BENCH_TOKEN, plan, args.calls, record_dir)
+        outcomes = run_plan(url, BENCH_TOKEN, plan, args.calls, record_dir, said)
     finally:
         servers.close()
         if keep is None:
             shutil.rmtree(data_dir, ignore_errors=True)
-    described = {"stt_model": settings.stt_model, "max_calls": local.max_calls}
+    described: dict[str, object] = {
+        "stt_model": SAID_MODEL if args.hear_said else settings.stt_model,
+        "max_calls": local.max_calls,
+    }
     return outcomes, described
 
 
@@ -195,6 +229,11 @@ def _lines(spec: str) -> list[str]:
 def bench_turns(args: argparse.Namespace) -> dict[str, object]:
     if args.calls < 1:
         raise SystemExit("python -m benchmarks turns: --calls must be >= 1")
+    if args.hear_said and (args.calls != 1 or args.url):
+        raise SystemExit(
+            "python -m benchmarks turns: --hear-said needs the server started here and one "
+            "call at a time (the words are placed on the call by time)"
+        )
     line_names = _lines(args.lines)
     half_of: dict[str, str] = {}
     voices = Voices()
@@ -331,6 +370,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         metavar="SHARE",
         help=f"with --corpus: this share of the calls recorded people, 0 to 1 (default "
         f"{RECORDED_SHARE}; the recorded calls of a seed change with it)",
+    )
+    turns.add_argument(
+        "--hear-said",
+        action="store_true",
+        help="the bot hears the words each caller said, from the script, through STT_URL "
+        "(benchmarks/turns/said_stt.py): perfect hearing, to measure what the rest of "
+        "turn-taking does without Whisper's errors; one call at a time",
     )
     turns.add_argument(
         "--over-every-reply",

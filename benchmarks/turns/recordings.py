@@ -302,3 +302,41 @@ class Recordings:
     def clip(self, clip: Clip) -> np.ndarray:
         audio = self.audio[clip.recording]
         return audio[clip.start_ms * RATE // 1000 : clip.end_ms * RATE // 1000].copy()
+
+    def words_of(self, clip: Clip) -> str:
+        """The words of a clip of an utterance, as its listener heard the utterance.
+
+        Its words are spread evenly over the reader's speech (the utterance less its
+        inner pauses), and a word belongs to the clip its middle falls in: right at a
+        pause, within a word or so elsewhere. "" when no utterance holds the clip.
+        """
+        for u in self.utterances:
+            whole = u.clip
+            if whole.recording == clip.recording and whole.start_ms <= clip.start_ms:
+                if clip.end_ms <= whole.end_ms:
+                    return _words_within(u, clip)
+        return ""
+
+
+def _words_within(utterance: Utterance, clip: Clip) -> str:
+    words = utterance.text.split()
+    edges = [utterance.clip.start_ms]
+    for a, b in utterance.inner_pauses:
+        edges += [a, b]
+    edges.append(utterance.clip.end_ms)
+    spans = list(zip(edges[::2], edges[1::2], strict=True))  # speech, between the pauses
+    speech = sum(b - a for a, b in spans)
+    kept = []
+    for index, word in enumerate(words):
+        # The word's middle, as speech time, then as time in the recording.
+        left = (index + 0.5) * speech / len(words)
+        for a, b in spans:
+            if left <= b - a:
+                middle = a + left
+                break
+            left -= b - a
+        else:
+            middle = utterance.clip.end_ms
+        if clip.start_ms <= middle < clip.end_ms:
+            kept.append(word)
+    return " ".join(kept)

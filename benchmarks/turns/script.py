@@ -254,6 +254,18 @@ class TurnFacts:
     # Scripted pauses, ms from the turn's first speech sample: (start, end).
     pauses_ms: tuple[tuple[float, float], ...] = ()
     where: str = ""
+    # The words said and when, ms from the turn's first sample: what a listener who
+    # heard every word would have heard (`--hear-said`).
+    said: tuple[Said, ...] = ()
+
+
+@dataclass(frozen=True)
+class Said:
+    """A stretch of speech and its words, in ms from the start of its turn."""
+
+    start_ms: float
+    end_ms: float
+    text: str
 
 
 @dataclass(frozen=True)
@@ -290,18 +302,24 @@ def compose(
     speak: Callable[[str], np.ndarray],
     rng: np.random.Generator,
     recorded: Callable[[Clip], np.ndarray] | None = None,
-) -> tuple[np.ndarray, tuple[tuple[float, float], ...]]:
-    """Speech and pauses end to end (int16 8 kHz), and where the exact pauses lie."""
+    words_of: Callable[[Clip], str] | None = None,
+) -> tuple[np.ndarray, tuple[tuple[float, float], ...], tuple[Said, ...]]:
+    """Speech and pauses end to end (int16 8 kHz), where the exact pauses lie, and
+    where each stretch of speech lies with its words (a recording's from `words_of`)."""
     pieces: list[np.ndarray] = []
     pauses: list[tuple[float, float]] = []
+    said: list[Said] = []
     at = 0
     for part in parts:
         if isinstance(part, str):
             audio = speak(part)
+            said.append(Said(_ms(at), _ms(at + audio.size), part))
         elif isinstance(part, Clip):
             if recorded is None:
                 raise ValueError(f"no recordings to play {part.label} from")
             audio = recorded(part)
+            text = words_of(part) if words_of is not None else ""
+            said.append(Said(_ms(at), _ms(at + audio.size), text))
         else:
             exact = isinstance(part, int)
             ms = part if isinstance(part, int) else int(rng.integers(part.lo_ms, part.hi_ms + 1))
@@ -310,7 +328,8 @@ def compose(
                 pauses.append((_ms(at), _ms(at + audio.size)))
         pieces.append(audio)
         at += audio.size
-    return np.concatenate(pieces) if pieces else np.zeros(0, np.int16), tuple(pauses)
+    audio = np.concatenate(pieces) if pieces else np.zeros(0, np.int16)
+    return audio, tuple(pauses), tuple(said)
 
 
 def prepare(script: Script, seed: int, voices: Voices) -> PreparedScript:
@@ -321,7 +340,8 @@ def prepare(script: Script, seed: int, voices: Voices) -> PreparedScript:
     for say in script.turns:
         voice = say.voice or script.voice
         speak = partial(voices.speak, voice)
-        audio, pauses = compose(say.parts, speak, rng, voices.recordings.clip)
+        recordings = voices.recordings
+        audio, pauses, said = compose(say.parts, speak, rng, recordings.clip, recordings.words_of)
         delay = say.delay_ms
         if delay is None:
             delay = 20 * int(rng.integers(25, 46))  # 500-900 ms, on the 20 ms tick
@@ -337,5 +357,5 @@ def prepare(script: Script, seed: int, voices: Voices) -> PreparedScript:
                 over_bot_only=say.kind in (Kind.BACKCHANNEL, Kind.INTERRUPTION),
             )
         )
-        facts.append(TurnFacts(say.kind, say.text, pauses, say.where))
+        facts.append(TurnFacts(say.kind, say.text, pauses, say.where, said))
     return PreparedScript(script, turns, facts)

@@ -444,7 +444,7 @@ def test_compose_puts_exact_pauses_where_the_facts_say() -> None:
     rng = np.random.default_rng(1)
     speech = {"one": np.full(800, 1000, np.int16), "two": np.full(1600, 1000, np.int16)}
 
-    audio, pauses = compose(("one", 500, "two", Gap(200, 300), "one"), speech.__getitem__, rng)
+    audio, pauses, _ = compose(("one", 500, "two", Gap(200, 300), "one"), speech.__getitem__, rng)
 
     assert pauses == ((100.0, 600.0),)  # natural gaps are not scripted pauses
     assert not audio[800:4800].any() and audio[4800:6400].all()
