@@ -61,6 +61,9 @@ class ModelSettings(Protocol):
     def turn_judge_api_key(self) -> str: ...
 
     @property
+    def turn_judge_weights(self) -> str: ...
+
+    @property
     def tts_voice(self) -> str: ...
 
     @property

@@ -30,7 +30,7 @@ from agents.cascade.words_judge import LlamaWordsJudge
 from agents.config import ModelSettings, shown_url
 from agents.errors import BackendUnavailable, SpeechToTextError
 from agents.openmp import bound_openmp_spin
-from agents.turns.config import FusedWeights, TurnTaking
+from agents.turns.config import FusedWeights, TurnTaking, fused_weights
 from media.turn import EndOfTurnModel
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ async def load_models(
     if voice is None:
         voice = await asyncio.to_thread(cache.path, "piper-joe-medium")
     turn_model = None
-    if smart_turn_needed(settings.turn_judge):
+    if smart_turn_needed(settings.turn_judge, fused_weights(settings.turn_judge_weights)):
         turn_model = await asyncio.to_thread(cache.path, "smart-turn-v3.2")
 
     llm, health = await load_language_model(settings, stack, llm_servers or settings.llm_servers)

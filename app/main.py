@@ -19,6 +19,7 @@ from agents.cascade.hosted_words_judge import HostedJudgeError
 from agents.duplex.supervisor import WorkerSupervisor
 from agents.errors import BackendUnavailable
 from agents.loading import load_models, smart_turn_needed
+from agents.turns.config import fused_weights
 from app.admission import Reservation
 from app.call import CallSession
 from app.call_owners import EarlyReport
@@ -314,7 +315,9 @@ async def _start_record(services: Services, start: Start, record: str) -> CallRe
                 "tts": settings.tts_voice or "piper-joe-medium",
                 **(
                     {"end_of_turn": "smart-turn-v3.2"}
-                    if smart_turn_needed(settings.turn_judge)
+                    if smart_turn_needed(
+                        settings.turn_judge, fused_weights(settings.turn_judge_weights)
+                    )
                     else {}
                 ),
             },

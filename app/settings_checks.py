@@ -8,6 +8,7 @@ import re
 from typing import TYPE_CHECKING
 
 from agents.playback import MAX_DUCK_DB
+from agents.turns.config import fused_weights
 from recordings.s3_location import S3Location
 from telephony.twiml import is_transfer_target
 
@@ -53,6 +54,12 @@ def check_values(s: Settings) -> None:
     if s.turn_judge_url and s.turn_judge != "words":
         # Set for a judge that would never be asked: say so rather than ignore it.
         raise SettingsError("TURN_JUDGE_URL runs the words judge: it needs TURN_JUDGE=words")
+    if s.turn_judge_weights and s.turn_judge != "words":
+        raise SettingsError("TURN_JUDGE_WEIGHTS weighs the words judge: it needs TURN_JUDGE=words")
+    try:
+        fused_weights(s.turn_judge_weights)
+    except ValueError as exc:
+        raise SettingsError(f"TURN_JUDGE_WEIGHTS: {exc}") from None
     if s.stt_url and not s.stt_url.startswith(("http://", "https://")):
         raise SettingsError("STT_URL must start with http:// or https://")
     if s.stt_url and not s.stt_url_model:

@@ -455,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     material_held_out = describe(items, held_out)
     print(
         f"\nfused weights (tuning half, mean wait <= {args.budget_ms:.0f} ms): {weights}\n"
+        f"...as a setting (for this hearing and judge): TURN_JUDGE_WEIGHTS={weights.spec}\n"
         f"...without Whisper's confidence: {deaf}\n"
         "words judge per check: "
         f"p50 {np.percentile(checks, 50):.0f} ms, p90 {np.percentile(checks, 90):.0f} ms\n"

@@ -5,9 +5,11 @@ Built from the operator's settings by agents/turns/settings.py (`turn_taking`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
-__all__ = ["FusedWeights", "TurnTaking"]
+__all__ = ["FusedWeights", "TurnTaking", "fused_weights"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +27,11 @@ class FusedWeights:
     # On Whisper's mean token log-probability (0 for words it is sure of, about -1 for
     # a garble): words it may have misheard are less sure to end the turn.
     hearing: float = 0.0
+
+    @property
+    def spec(self) -> str:
+        """The weights as TURN_JUDGE_WEIGHTS takes them."""
+        return ",".join(f"{f.name}={getattr(self, f.name):g}" for f in fields(self))
 
     @property
     def hears_the_voice(self) -> bool:
@@ -135,3 +142,41 @@ class TurnTaking:
     fused: FusedWeights = FusedWeights(
         bias=6.84, words=2.0, smart_turn=0.0, sure_wait_ms=200, unsure_wait_ms=1800
     )
+
+
+# The most a fitted wait may be: a caller is not left in silence longer than this.
+MAX_FITTED_WAIT_MS = 10_000
+
+
+def fused_weights(spec: str, shipped: FusedWeights | None = None) -> FusedWeights:
+    """TURN_JUDGE_WEIGHTS: the shipped weights with the fields `spec` sets, written as
+    `FusedWeights.spec` writes them (and `python -m benchmarks judge` prints them
+    fitted); "" keeps them all. ValueError, naming the field, on anything else."""
+    weights = shipped or TurnTaking().fused
+    kinds = {f.name: f.type for f in fields(FusedWeights)}
+    given: dict[str, Any] = {}
+    for item in (part.strip() for part in spec.split(",")):
+        if not item:
+            continue
+        name, equals, value = (piece.strip() for piece in item.partition("="))
+        if name not in kinds or not equals:
+            raise ValueError(f"{item!r} is not one of {', '.join(f'{k}=N' for k in kinds)}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"{name} must be a number, got {value!r}") from None
+        if not math.isfinite(number):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+        given[name] = round(number) if kinds[name] == "int" else number
+    weights = replace(weights, **given)
+    # A negative weight would read a finished-sounding turn (or a surer Whisper) as one
+    # that goes on: not a judge, and never what a fit gives.
+    for name in ("words", "smart_turn", "hearing"):
+        if getattr(weights, name) < 0:
+            raise ValueError(f"{name} must be >= 0, got {getattr(weights, name):g}")
+    if not 0 <= weights.sure_wait_ms <= weights.unsure_wait_ms <= MAX_FITTED_WAIT_MS:
+        raise ValueError(
+            f"the waits must be 0 <= sure_wait_ms <= unsure_wait_ms <= {MAX_FITTED_WAIT_MS}, "
+            f"got {weights.sure_wait_ms} and {weights.unsure_wait_ms}"
+        )
+    return weights

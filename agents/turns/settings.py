@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from agents.turns.config import TurnTaking
+from agents.turns.config import TurnTaking, fused_weights
 
 __all__ = ["TurnSettings", "turn_taking"]
 
@@ -33,6 +33,9 @@ class TurnSettings(Protocol):
     @property
     def hold_lowered_ms(self) -> int: ...
 
+    @property
+    def turn_judge_weights(self) -> str: ...
+
 
 def turn_taking(settings: TurnSettings) -> TurnTaking:
     """One mapping from settings to the engine's config, for the in-process cascade and
@@ -45,4 +48,5 @@ def turn_taking(settings: TurnSettings) -> TurnTaking:
         echo_margin_db=settings.echo_margin_db,
         hold_duck_db=settings.hold_duck_db,
         lowered_hold_ms=settings.hold_lowered_ms,
+        fused=fused_weights(settings.turn_judge_weights),
     )

@@ -18,7 +18,7 @@ from agents.cascade.turn_evaluator import TurnEvaluator
 from agents.cascade.words_judge import judged_words, turn_prompt
 from agents.errors import BackendError
 from agents.loading import smart_turn_needed
-from agents.turns.config import FusedWeights, TurnTaking
+from agents.turns.config import FusedWeights, TurnTaking, fused_weights
 from agents.turns.judge import FusedJudge, TurnJudge, TurnSoFar, VoiceJudge, judge_for
 from agents.turns.protocol import Evaluate, Evaluation, Hearing
 
@@ -147,6 +147,25 @@ def test_the_shipped_weights_answer_finished_words_fast_and_wait_on_dangling_one
     assert wait_ms(judge, turn(0.6, 0.5)) <= 400
     assert wait_ms(judge, turn(0.0005, 0.5)) >= 1500
     assert wait_ms(judge, turn(0.6, 0.5, hearing=Hearing.UNCLEAR)) >= 1500
+
+
+def test_weights_fitted_for_better_hearing_wait_on_words_the_shipped_ones_answer() -> None:
+    # Fitted on the words said (docs/benchmarks.md, `turns`, --hear-said): a score that
+    # tiny.en's garbled words rarely reach is no sign of an end on words heard right.
+    fitted = fused_weights("bias=8.84,words=8")
+    unfinished = turn(0.05, 0.5)
+    assert wait_ms(FusedJudge(TurnTaking()), unfinished) <= 700
+    assert wait_ms(FusedJudge(TurnTaking(), fitted), unfinished) >= 1500
+    assert wait_ms(FusedJudge(TurnTaking(), fitted), turn(0.6, 0.5)) <= 400
+
+
+def test_the_weights_print_as_the_setting_takes_them() -> None:
+    fitted = FusedWeights(bias=8.84, words=8.0, smart_turn=0.0, sure_wait_ms=200,
+                          unsure_wait_ms=2000, hearing=0.5)  # fmt: skip
+    assert fused_weights(fitted.spec) == fitted
+    assert fitted.spec == (
+        "bias=8.84,words=8,smart_turn=0,sure_wait_ms=200,unsure_wait_ms=2000,hearing=0.5"
+    )
 
 
 def test_a_call_gets_the_fused_judge_only_with_a_words_judge() -> None:
@@ -309,6 +328,7 @@ def test_smart_turn_is_loaded_only_where_a_calls_judge_would_run_it() -> None:
     assert not smart_turn_needed("words"), "the shipped fused weights give it no weight"
     weighed = replace(TurnTaking().fused, smart_turn=0.5)
     assert smart_turn_needed("words", weighed)
+    assert smart_turn_needed("words", fused_weights("smart_turn=0.5"))
 
 
 class _Broken:

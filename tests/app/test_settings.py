@@ -1,9 +1,12 @@
 """Settings from environment variables: parsed, checked, described."""
 
+import re
 from pathlib import Path
 
 import pytest
 
+from agents.turns.config import TurnTaking
+from agents.turns.settings import turn_taking
 from app.settings import Settings, SettingsError
 
 
@@ -96,6 +99,38 @@ def test_a_hosted_turn_judge_is_for_the_words_judge_only() -> None:
     assert Settings.from_env(hosted).turn_judge_url == "http://judge.example:8080/v1"
     with pytest.raises(SettingsError, match="TURN_JUDGE=words"):
         Settings.from_env({**hosted, "TURN_JUDGE": "voice"})
+
+
+def test_the_fused_judges_weights_are_the_ones_fitted_for_the_operators_hearing() -> None:
+    fitted = "bias=8.84,words=8,sure_wait_ms=200,unsure_wait_ms=1800"
+    weights = turn_taking(Settings.from_env({"TURN_JUDGE_WEIGHTS": fitted})).fused
+    assert (weights.bias, weights.words, weights.unsure_wait_ms) == (8.84, 8.0, 1800)
+    assert weights.smart_turn == TurnTaking().fused.smart_turn, "a field left out is kept"
+    assert turn_taking(Settings.from_env({})).fused == TurnTaking().fused
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        ("bias=8,tip=3", "'tip=3' is not one of bias=N, words=N"),
+        ("words", "'words' is not one of"),
+        ("words=eight", "words must be a number"),
+        ("bias=inf", "bias must be a finite number"),
+        ("smart_turn=-1", "smart_turn must be >= 0"),
+        ("sure_wait_ms=2000,unsure_wait_ms=1000", "sure_wait_ms <= unsure_wait_ms"),
+        ("unsure_wait_ms=60000", "<= 10000"),
+    ],
+)
+def test_weights_that_are_no_fitted_judge_are_refused_naming_the_field(
+    spec: str, reason: str
+) -> None:
+    with pytest.raises(SettingsError, match=f"TURN_JUDGE_WEIGHTS: .*{re.escape(reason)}"):
+        Settings.from_env({"TURN_JUDGE_WEIGHTS": spec})
+
+
+def test_the_fused_judges_weights_need_the_fused_judge() -> None:
+    with pytest.raises(SettingsError, match="TURN_JUDGE_WEIGHTS weighs the words judge"):
+        Settings.from_env({"TURN_JUDGE_WEIGHTS": "bias=8", "TURN_JUDGE": "voice"})
 
 
 def test_the_turn_judge_is_the_words_judge_or_the_voice() -> None:
