@@ -10,9 +10,11 @@ the part of the targets that hearing costs is measured through the calls themsel
 The audio's place on the call is known from time alone: the bench places one call at a
 time, each caller turn's start is reported as its first frame goes out
 (`SimulationConfig.on_turn_start`), and a request's audio ends when it arrives (the bot
-sends the audio it has; the caller's frames reach it within a frame). A word is heard
-once all of it lies in the audio; its place inside a stretch of speech is its share of
-the stretch, words spread evenly.
+sends the audio it has; the caller's frames reach it within a frame). It began as far
+back as its length reaches, counting each pause between two stretches of the caller's
+speech as the bot's STT hears it, cut to `LONG_PAUSE_KEPT_MS` (agents/turns/audio.py),
+and the pause at its end whole. A word is heard once all of it lies in the audio; its
+place inside a stretch of speech is its share of the stretch, words spread evenly.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from agents.turns.audio import LONG_PAUSE_KEPT_MS
 from benchmarks.turns.script import Said
 
 __all__ = ["SAID_MODEL", "WordsSaid", "said_stt_app"]
@@ -56,35 +59,56 @@ class WordsSaid:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._words: list[_Word] = []
+        self._speech: list[tuple[float, float]] = []  # the stretches of speech, in order
         self._lock = threading.Lock()  # the caller's thread adds, the server's reads
 
     def new_call(self) -> None:
         with self._lock:
-            self._words = []
+            self._words, self._speech = [], []
 
     def turn_started(self, said: Sequence[Said], *, after_s: float = FRAME_S) -> None:
         """A caller turn whose first sample reaches the line `after_s` from now."""
         start = self._clock() + after_s
         words: list[_Word] = []
+        speech: list[tuple[float, float]] = []
         for stretch in said:
             texts = stretch.text.split()
             span = (stretch.end_ms - stretch.start_ms) / 1000
             at = start + stretch.start_ms / 1000
+            speech.append((at, at + span))
             for index, text in enumerate(texts):
                 first = at + span * index / len(texts)
                 words.append(_Word(first, first + span / len(texts), text))
         with self._lock:
             self._words += words
+            self._speech = sorted(self._speech + speech)
 
     def heard(self, audio_s: float) -> str:
-        """The words said wholly inside the last `audio_s` seconds, up to now."""
+        """The words said wholly inside audio of `audio_s` seconds the bot's STT sent now."""
         end = self._clock()
-        start = end - audio_s
         with self._lock:
             words = list(self._words)
+            start = self._began(end, audio_s)
         return " ".join(
             w.text for w in words if (w.start + w.end) / 2 >= start and w.end <= end + END_SLACK_S
         )
+
+    def _began(self, end: float, audio_s: float) -> float:
+        """Where on the call audio of `audio_s` s that ends at `end` began."""
+        kept = LONG_PAUSE_KEPT_MS / 1000
+        left, at = audio_s, end
+        for first, last in reversed([s for s in self._speech if s[0] < end]):
+            last = min(last, end)
+            pause = max(at - last, 0.0)
+            heard = pause if at == end else min(pause, kept)  # the pause at its end: whole
+            if left <= heard:
+                return at - left
+            left -= heard
+            if left <= last - first:
+                return last - left
+            left -= last - first
+            at = first
+        return at - left
 
 
 def _wav_seconds(data: bytes) -> float:

@@ -52,6 +52,18 @@ def test_only_the_words_inside_the_audio_are_heard() -> None:
     assert words.heard(0.0) == ""
 
 
+def test_a_pause_inside_the_audio_counts_as_the_bots_stt_hears_it() -> None:
+    clock = Clock()
+    words = WordsSaid(clock)
+    words.turn_started(TURN, after_s=0.0)
+    clock.now = 102.1
+
+    # 1 s of speech, the 600 ms pause cut to 300 ms (agents/turns/audio.py), 400 ms of
+    # speech, and the 100 ms pause at the end whole: 1.8 s of audio from 100.0 on.
+    assert words.heard(1.8) == "I would like tea."
+    assert words.heard(1.4) == "would like tea."
+
+
 def test_a_new_call_forgets_the_last_ones_words() -> None:
     clock = Clock()
     words = WordsSaid(clock)
