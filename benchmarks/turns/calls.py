@@ -201,6 +201,7 @@ def _serve_and_run(
             shutil.rmtree(data_dir, ignore_errors=True)
     described: dict[str, object] = {
         "stt_model": SAID_MODEL if args.hear_said else settings.stt_model,
+        "turn_judge_weights": settings.turn_judge_weights or "shipped",
         "max_calls": local.max_calls,
     }
     return outcomes, described
