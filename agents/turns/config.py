@@ -31,7 +31,7 @@ class FusedWeights:
     @property
     def spec(self) -> str:
         """The weights as TURN_JUDGE_WEIGHTS takes them."""
-        return ",".join(f"{f.name}={getattr(self, f.name):g}" for f in fields(self))
+        return ",".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
 
     @property
     def hears_the_voice(self) -> bool:
@@ -153,21 +153,30 @@ def fused_weights(spec: str, shipped: FusedWeights | None = None) -> FusedWeight
     `FusedWeights.spec` writes them (and `python -m benchmarks judge` prints them
     fitted); "" keeps them all. ValueError, naming the field, on anything else."""
     weights = shipped or TurnTaking().fused
-    kinds = {f.name: f.type for f in fields(FusedWeights)}
+    names = [f.name for f in fields(FusedWeights)]
     given: dict[str, Any] = {}
     for item in (part.strip() for part in spec.split(",")):
         if not item:
             continue
         name, equals, value = (piece.strip() for piece in item.partition("="))
-        if name not in kinds or not equals:
-            raise ValueError(f"{item!r} is not one of {', '.join(f'{k}=N' for k in kinds)}")
+        if name not in names:
+            raise ValueError(f"{name!r} is none of the weights ({', '.join(names)})")
+        if not equals:
+            raise ValueError(f"{name} needs a value: {name}=N")
+        if name in given:
+            raise ValueError(f"{name} is given twice")
         try:
             number = float(value)
         except ValueError:
             raise ValueError(f"{name} must be a number, got {value!r}") from None
         if not math.isfinite(number):
             raise ValueError(f"{name} must be a finite number, got {value!r}")
-        given[name] = round(number) if kinds[name] == "int" else number
+        if isinstance(getattr(weights, name), int):  # the waits: whole milliseconds
+            if not number.is_integer():
+                raise ValueError(f"{name} is whole milliseconds, got {value!r}")
+            given[name] = int(number)
+        else:
+            given[name] = number
     weights = replace(weights, **given)
     # A negative weight would read a finished-sounding turn (or a surer Whisper) as one
     # that goes on: not a judge, and never what a fit gives.

@@ -174,10 +174,13 @@ def _serve_and_run(
     data_dir = keep or Path(tempfile.mkdtemp(prefix="offhook-bench-turns-"))
     servers = ServerThread()
     said = WordsSaid() if args.hear_said else None
+    # The words said are served from a loop of their own: the bot's, busy with its calls,
+    # would read a request's time late.
+    hearing_server = ServerThread() if said is not None else None
     try:
-        if said is not None:
+        if said is not None and hearing_server is not None:
             # Up before the bot's port is drawn: the two must not draw the same one.
-            hearing = servers.serve(said_stt_app(said), free_port())
+            hearing = hearing_server.serve(said_stt_app(said), free_port())
         port = free_port()
         local = settings.replace(
             public_url=f"http://127.0.0.1:{port}",
@@ -186,6 +189,11 @@ def _serve_and_run(
             max_calls=max(settings.max_calls, args.calls),
         )
         if said is not None:
+            if local.duplex_workers:
+                raise SystemExit(
+                    "python -m benchmarks turns: --hear-said hears through this server's "
+                    "STT_URL; duplex workers hear with their own (unset DUPLEX_WORKERS)"
+                )
             local = local.replace(stt_url=hearing, stt_url_model=SAID_MODEL)
         app = create_app(local)
         url = servers.serve(app, port)
@@ -197,6 +205,8 @@ def _serve_and_run(
         outcomes = run_plan(url, BENCH_TOKEN, plan, args.calls, record_dir, said)
     finally:
         servers.close()
+        if hearing_server is not None:
+            hearing_server.close()
         if keep is None:
             shutil.rmtree(data_dir, ignore_errors=True)
     described: dict[str, object] = {

@@ -304,39 +304,48 @@ class Recordings:
         return audio[clip.start_ms * RATE // 1000 : clip.end_ms * RATE // 1000].copy()
 
     def words_of(self, clip: Clip) -> str:
-        """The words of a clip of an utterance, as its listener heard the utterance.
+        """The words of a clip of an utterance, as its listener heard the utterance."""
+        return " ".join(text for _, _, text in self.speech_in(clip) if text)
 
-        Its words are spread evenly over the reader's speech (the utterance less its
-        inner pauses), and a word belongs to the clip its middle falls in: right at a
-        pause, within a word or so elsewhere. "" when no utterance holds the clip.
+    def speech_in(self, clip: Clip) -> list[tuple[int, int, str]]:
+        """The reader's runs of speech inside a clip (ms of the recording, between the
+        utterance's inner pauses) and the words said in each, as its listener heard the
+        utterance: its words are spread evenly over the reader's speech, and a word
+        belongs to the run its middle falls in (right at a pause, within a word or so
+        elsewhere). The whole clip, without words, when no utterance holds it.
         """
         for u in self.utterances:
             whole = u.clip
             if whole.recording == clip.recording and whole.start_ms <= clip.start_ms:
                 if clip.end_ms <= whole.end_ms:
-                    return _words_within(u, clip)
-        return ""
+                    return _speech_within(u, clip)
+        return [(clip.start_ms, clip.end_ms, "")]
 
 
-def _words_within(utterance: Utterance, clip: Clip) -> str:
+def _speech_within(utterance: Utterance, clip: Clip) -> list[tuple[int, int, str]]:
     words = utterance.text.split()
     edges = [utterance.clip.start_ms]
     for a, b in utterance.inner_pauses:
         edges += [a, b]
     edges.append(utterance.clip.end_ms)
-    spans = list(zip(edges[::2], edges[1::2], strict=True))  # speech, between the pauses
-    speech = sum(b - a for a, b in spans)
-    kept = []
+    runs = list(zip(edges[::2], edges[1::2], strict=True))  # speech, between the pauses
+    speech = sum(b - a for a, b in runs)
+    said: list[list[str]] = [[] for _ in runs]
     for index, word in enumerate(words):
-        # The word's middle, as speech time, then as time in the recording.
-        left = (index + 0.5) * speech / len(words)
-        for a, b in spans:
-            if left <= b - a:
-                middle = a + left
-                break
-            left -= b - a
-        else:
-            middle = utterance.clip.end_ms
-        if clip.start_ms <= middle < clip.end_ms:
-            kept.append(word)
-    return " ".join(kept)
+        # The word's middle, as speech time, then as the run it falls in.
+        said[_run_at((index + 0.5) * speech / len(words), runs)].append(word)
+    inside = []
+    for (a, b), texts in zip(runs, said, strict=True):
+        start, end = max(a, clip.start_ms), min(b, clip.end_ms)
+        if start < end and clip.start_ms <= (a + b) / 2 < clip.end_ms:
+            inside.append((start, end, " ".join(texts)))
+    return inside
+
+
+def _run_at(speech_ms: float, runs: list[tuple[int, int]]) -> int:
+    """The run of speech that `speech_ms` of speech into the runs falls in."""
+    for index, (a, b) in enumerate(runs):
+        if speech_ms <= b - a:
+            return index
+        speech_ms -= b - a
+    return len(runs) - 1

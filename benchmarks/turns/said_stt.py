@@ -8,13 +8,16 @@ rule and the timing do when hearing is perfect, the best a hosted Whisper could 
 the part of the targets that hearing costs is measured through the calls themselves.
 
 The audio's place on the call is known from time alone: the bench places one call at a
-time, each caller turn's start is reported as its first frame goes out
-(`SimulationConfig.on_turn_start`), and a request's audio ends when it arrives (the bot
-sends the audio it has; the caller's frames reach it within a frame). It began as far
-back as its length reaches, counting each pause between two stretches of the caller's
-speech as the bot's STT hears it, cut to `LONG_PAUSE_KEPT_MS` (agents/turns/audio.py),
-and the pause at its end whole. A word is heard once all of it lies in the audio; its
-place inside a stretch of speech is its share of the stretch, words spread evenly.
+time, and each caller turn's start is reported as it goes out
+(`SimulationConfig.on_turn_start`). The bot sends a turn's audio up to where speech
+detection heard the caller stop (or up to now, while they are still talking: a turn
+judged without a pause), with each pause between two stretches of speech inside it cut
+to `LONG_PAUSE_KEPT_MS` (agents/turns/audio.py `for_words`). So the audio ends where the
+caller's last stretch of speech before the request ended, and began as far back as its
+length reaches, counted that way; never before the turn's first stretch, and its
+preroll (the bot's audio of a turn starts there). A word is heard when its middle lies
+in the audio: a turn heard in pieces has each word in one piece. Its place inside a
+stretch of speech is its share of the stretch, words spread evenly.
 """
 
 from __future__ import annotations
@@ -39,11 +42,15 @@ __all__ = ["SAID_MODEL", "WordsSaid", "said_stt_app"]
 
 # The model name the bot's record shows for this hearing.
 SAID_MODEL = "words-said"
-# The caller's first frame goes out one tick after its turn is announced.
+# A turn's first sample goes out with the frame sent a tick after it is announced.
 FRAME_S = 0.020
-# A word's end may be this far past the audio's end and still count as heard: the
-# bot's last frame of it is still on its way when the request leaves.
-END_SLACK_S = 0.020
+# How far a turn's audio reaches back before its first speech (the engine's preroll,
+# agents/turns/config.py): never into an earlier turn.
+PREROLL_S = 0.3
+# The bot asks for a transcription at most about this long after the caller stopped
+# (speech detection's 100 ms, then any wait for the models): audio sent later is of
+# something else (the bot's echo taken for speech), in which the caller said nothing.
+STALE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,17 @@ class _Word:
     end: float
     text: str
 
+    @property
+    def middle(self) -> float:
+        return (self.start + self.end) / 2
+
+
+@dataclass(frozen=True)
+class _Stretch:
+    start: float
+    end: float
+    opens_turn: bool
+
 
 class WordsSaid:
     """Every word the caller said on the current call, placed in wall-clock time."""
@@ -59,8 +77,11 @@ class WordsSaid:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._words: list[_Word] = []
-        self._speech: list[tuple[float, float]] = []  # the stretches of speech, in order
+        self._speech: list[_Stretch] = []  # in order
         self._lock = threading.Lock()  # the caller's thread adds, the server's reads
+
+    def now(self) -> float:
+        return self._clock()
 
     def new_call(self) -> None:
         with self._lock:
@@ -70,45 +91,46 @@ class WordsSaid:
         """A caller turn whose first sample reaches the line `after_s` from now."""
         start = self._clock() + after_s
         words: list[_Word] = []
-        speech: list[tuple[float, float]] = []
-        for stretch in said:
+        speech: list[_Stretch] = []
+        for index, stretch in enumerate(said):
             texts = stretch.text.split()
             span = (stretch.end_ms - stretch.start_ms) / 1000
             at = start + stretch.start_ms / 1000
-            speech.append((at, at + span))
-            for index, text in enumerate(texts):
-                first = at + span * index / len(texts)
+            speech.append(_Stretch(at, at + span, opens_turn=index == 0))
+            for n, text in enumerate(texts):
+                first = at + span * n / len(texts)
                 words.append(_Word(first, first + span / len(texts), text))
         with self._lock:
             self._words += words
-            self._speech = sorted(self._speech + speech)
+            self._speech = sorted(self._speech + speech, key=lambda x: x.start)
 
-    def heard(self, audio_s: float) -> str:
-        """The words said wholly inside audio of `audio_s` seconds the bot's STT sent now."""
-        end = self._clock()
+    def heard(self, audio_s: float, *, at: float | None = None) -> str:
+        """The words said inside audio of `audio_s` seconds the bot's STT sent at `at`
+        (now, by default)."""
+        now = self._clock() if at is None else at
         with self._lock:
             words = list(self._words)
-            start = self._began(end, audio_s)
-        return " ".join(
-            w.text for w in words if (w.start + w.end) / 2 >= start and w.end <= end + END_SLACK_S
-        )
+            start, end = self._placed(now, audio_s)
+        return " ".join(w.text for w in words if start <= w.middle <= end)
 
-    def _began(self, end: float, audio_s: float) -> float:
-        """Where on the call audio of `audio_s` s that ends at `end` began."""
+    def _placed(self, now: float, audio_s: float) -> tuple[float, float]:
+        """Where on the call audio of `audio_s` s sent at `now` began and ended."""
         kept = LONG_PAUSE_KEPT_MS / 1000
+        said = [s for s in self._speech if s.start < now]
+        if not said or now - said[-1].end > STALE_S:
+            return now - audio_s, now
+        end = min(said[-1].end, now)  # the caller's last stop, or now if still talking
         left, at = audio_s, end
-        for first, last in reversed([s for s in self._speech if s[0] < end]):
-            last = min(last, end)
-            pause = max(at - last, 0.0)
-            heard = pause if at == end else min(pause, kept)  # the pause at its end: whole
-            if left <= heard:
-                return at - left
-            left -= heard
-            if left <= last - first:
-                return last - left
-            left -= last - first
-            at = first
-        return at - left
+        for stretch in reversed(said):
+            left -= min(max(at - min(stretch.end, end), 0.0), kept)  # a pause, as cut
+            length = min(stretch.end, end) - stretch.start
+            if left <= length:
+                return min(stretch.end, end) - left, end
+            left -= length
+            at = stretch.start
+            if stretch.opens_turn:
+                return at - min(left, PREROLL_S), end
+        return at - left, end
 
 
 def _wav_seconds(data: bytes) -> float:
@@ -120,6 +142,7 @@ def said_stt_app(words: WordsSaid) -> Starlette:
     """POST /audio/transcriptions, answered from `words` in OpenAI's verbose JSON."""
 
     async def transcriptions(request: Request) -> JSONResponse:
+        sent = words.now()  # before the upload is read: when the bot sent it
         async with request.form() as form:
             upload = form.get("file")
             if upload is None or isinstance(upload, str):
@@ -128,7 +151,7 @@ def said_stt_app(words: WordsSaid) -> Starlette:
                 seconds = _wav_seconds(await upload.read())
             except (wave.Error, EOFError) as exc:
                 return JSONResponse({"error": {"message": f"not a WAV: {exc}"}}, status_code=400)
-        text = words.heard(seconds)
+        text = words.heard(seconds, at=sent)
         segments: list[dict[str, Any]] = []
         if text:
             segments.append(

@@ -302,10 +302,10 @@ def compose(
     speak: Callable[[str], np.ndarray],
     rng: np.random.Generator,
     recorded: Callable[[Clip], np.ndarray] | None = None,
-    words_of: Callable[[Clip], str] | None = None,
+    speech_in: Callable[[Clip], list[tuple[int, int, str]]] | None = None,
 ) -> tuple[np.ndarray, tuple[tuple[float, float], ...], tuple[Said, ...]]:
     """Speech and pauses end to end (int16 8 kHz), where the exact pauses lie, and
-    where each stretch of speech lies with its words (a recording's from `words_of`)."""
+    where each stretch of speech lies with its words (a recording's from `speech_in`)."""
     pieces: list[np.ndarray] = []
     pauses: list[tuple[float, float]] = []
     said: list[Said] = []
@@ -318,8 +318,11 @@ def compose(
             if recorded is None:
                 raise ValueError(f"no recordings to play {part.label} from")
             audio = recorded(part)
-            text = words_of(part) if words_of is not None else ""
-            said.append(Said(_ms(at), _ms(at + audio.size), text))
+            runs = speech_in(part) if speech_in is not None else []
+            # Each of the reader's runs of speech where it lies in the clip: the bot's
+            # STT hears the pauses between them cut short.
+            origin = _ms(at) - part.start_ms
+            said += [Said(origin + a, origin + b, text) for a, b, text in runs]
         else:
             exact = isinstance(part, int)
             ms = part if isinstance(part, int) else int(rng.integers(part.lo_ms, part.hi_ms + 1))
@@ -341,7 +344,7 @@ def prepare(script: Script, seed: int, voices: Voices) -> PreparedScript:
         voice = say.voice or script.voice
         speak = partial(voices.speak, voice)
         recordings = voices.recordings
-        audio, pauses, said = compose(say.parts, speak, rng, recordings.clip, recordings.words_of)
+        audio, pauses, said = compose(say.parts, speak, rng, recordings.clip, recordings.speech_in)
         delay = say.delay_ms
         if delay is None:
             delay = 20 * int(rng.integers(25, 46))  # 500-900 ms, on the 20 ms tick

@@ -164,7 +164,7 @@ def test_the_weights_print_as_the_setting_takes_them() -> None:
                           unsure_wait_ms=2000, hearing=0.5)  # fmt: skip
     assert fused_weights(fitted.spec) == fitted
     assert fitted.spec == (
-        "bias=8.84,words=8,smart_turn=0,sure_wait_ms=200,unsure_wait_ms=2000,hearing=0.5"
+        "bias=8.84,words=8.0,smart_turn=0.0,sure_wait_ms=200,unsure_wait_ms=2000,hearing=0.5"
     )
 
 

@@ -112,8 +112,10 @@ def test_the_fused_judges_weights_are_the_ones_fitted_for_the_operators_hearing(
 @pytest.mark.parametrize(
     ("spec", "reason"),
     [
-        ("bias=8,tip=3", "'tip=3' is not one of bias=N, words=N"),
-        ("words", "'words' is not one of"),
+        ("bias=8,tip=3", "'tip' is none of the weights (bias, words, smart_turn"),
+        ("words", "words needs a value: words=N"),
+        ("bias=8,bias=9", "bias is given twice"),
+        ("sure_wait_ms=200.5", "sure_wait_ms is whole milliseconds"),
         ("words=eight", "words must be a number"),
         ("bias=inf", "bias must be a finite number"),
         ("smart_turn=-1", "smart_turn must be >= 0"),
