@@ -323,11 +323,11 @@ class Settings:
         "TURN_JUDGE_WEIGHTS",
         "",
         "With TURN_JUDGE=words: the fused judge's fitted weights, as `python -m benchmarks "
-        "judge` prints them for your hearing (--stt-url) and judge model "
+        "judge --stt-url` prints them refitted on a hosted STT's words "
         "('bias=8.8,words=8,smart_turn=0,sure_wait_ms=200,unsure_wait_ms=1800,hearing=0'; "
         "fields left out keep the shipped value). Empty: the shipped weights, fitted on "
-        "the embedded tiny.en's words and SmolLM2. A judge's scores mean something else "
-        "on another model's words.",
+        "the embedded tiny.en's words and SmolLM2's scores (the bench fits them on the "
+        "embedded SmolLM2 only: a TURN_JUDGE_URL model needs a fit of its own).",
     )
     model_threads: int = _env_field(
         "MODEL_THREADS", 2, "Threads each CPU model (STT, TTS, LLM) may use."
