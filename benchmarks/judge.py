@@ -1,6 +1,7 @@
 """`python -m benchmarks judge` — has the caller finished? Turn judges on speech nobody here wrote.
 
     python -m benchmarks judge [--items 240] [--seed N] [--json out.json]
+                               [--stt-url URL] [--judge-url URL] [--from-json run.json]
 
 Material is made fresh for every run (benchmarks/judge_material.py): caller lines from
 chatterbot-corpus, each paused at a random word boundary, in random espeak-ng and Piper
@@ -15,6 +16,11 @@ is a cut-off (the bot would answer the half sentence); at a line's end, the wait
 caller's dead air. The items are shuffled into a tuning half and a held-out half;
 anything fitted (the fused judge's weights and its two waits) is fitted on the tuning
 half only, and the held-out half is the one to quote.
+
+`--stt-url` hears with a transcription server and `--judge-url` judges with a words
+judge's server, as STT_URL and TURN_JUDGE_URL make a call do: the refit printed is then
+the TURN_JUDGE_WEIGHTS for that hearing and that judge. `--from-json` with `--judge-url`
+asks the new judge about the words a saved run heard, without hearing them again.
 """
 
 from __future__ import annotations
@@ -24,15 +30,17 @@ import itertools
 import json
 import sys
 import time
+from contextlib import closing
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from agents.cascade.hosted_stt import HostedTranscriber
+from agents.cascade.hosted_words_judge import HostedJudgeError, HostedWordsJudge
 from agents.cascade.stt import MIN_WINDOW_S, SpeechToText, WhisperTranscriber
 from agents.cascade.turn_evaluator import heard_as
-from agents.cascade.words_judge import LlamaWordsJudge
+from agents.cascade.words_judge import LlamaWordsJudge, WordsJudge
 from agents.config import shown_url
 from agents.turns.audio import CallerAudio
 from agents.turns.config import FusedWeights, TurnTaking
@@ -46,7 +54,7 @@ from media.turn import EndOfTurnModel
 from media.vad import VadEvent
 from ops.caller_voice import CallerVoice
 
-__all__ = ["Listeners", "Observation", "auc", "heard_ends", "main", "score"]
+__all__ = ["Listeners", "Observation", "auc", "heard_ends", "judged", "main", "rejudge", "score"]
 
 RATE = 8000
 # The engine asks its models when the speech detector has seen the speech stop: the
@@ -68,7 +76,7 @@ class Observation:
     text: str
     hearing: str
     smart_turn: float
-    words: float
+    words: float | None  # None: the judge gave no score in time (a call judges without)
     speech_s: float
     words_ms: float  # the words judge's own time for this check
     # Whisper's mean token log-probability (0.0 in runs saved before it was kept).
@@ -81,7 +89,7 @@ class Listeners:
 
     stt: SpeechToText
     turn: EndOfTurnModel
-    words_judge: LlamaWordsJudge
+    words_judge: LlamaWordsJudge | HostedWordsJudge
 
     @classmethod
     def load(
@@ -92,14 +100,20 @@ class Listeners:
         *,
         stt_window_s: int = MIN_WINDOW_S,
         hosted: HostedTranscriber | None = None,
+        hosted_judge: HostedWordsJudge | None = None,
     ) -> Listeners:
         """`hosted`: a transcription server hears instead of the embedded Whisper, as
-        STT_URL makes it in calls (`stt_model` is then not loaded)."""
+        STT_URL makes it in calls (`stt_model` is then not loaded); `hosted_judge`: a
+        server judges the words instead of the embedded SmolLM2, as TURN_JUDGE_URL makes
+        it (`gguf` is then not loaded)."""
         return cls(
             hosted or WhisperTranscriber(stt_model, threads=2, min_window_s=stt_window_s),
             EndOfTurnModel(smart_turn, threads=1),
-            LlamaWordsJudge(gguf, threads=2),
+            hosted_judge or LlamaWordsJudge(gguf, threads=2),
         )
+
+    def close(self) -> None:
+        self.words_judge.close()
 
     def observe(
         self,
@@ -124,9 +138,7 @@ class Listeners:
         transcript = self.stt.transcribe(heard.for_words(0, audio.size))
         speech_s = upto / RATE
         hearing = heard_as(transcript, int(speech_s * 1000))
-        started = time.perf_counter()
-        words = self.words_judge.complete(bot, transcript.text)
-        words_ms = (time.perf_counter() - started) * 1000
+        words, words_ms = judged(self.words_judge, bot, transcript.text)
         return Observation(
             item=item,
             final=final,
@@ -173,6 +185,32 @@ def observe(
             )
         if (index + 1) % 20 == 0 or index + 1 == len(items):
             print(f"  {index + 1}/{len(items)} lines heard", file=sys.stderr, flush=True)
+    return found
+
+
+def judged(judge: WordsJudge, bot: str, words: str) -> tuple[float | None, float]:
+    """The judge's score of `words` after the bot's line `bot`, and its time (ms). A
+    server that gives no score in a call's time (its client's timeout) gives None, as
+    that call's check would: the turn is then judged without words."""
+    started = time.perf_counter()
+    try:
+        score: float | None = judge.complete(bot, words)
+    except HostedJudgeError:
+        score = None
+    return score, (time.perf_counter() - started) * 1000
+
+
+def rejudge(
+    items: list[Item], observations: list[Observation], judge: WordsJudge
+) -> list[Observation]:
+    """The same heard words and voice scores, with `judge`'s scores of the words: a
+    judge model compared on exactly the hearing another run had."""
+    found = []
+    for index, obs in enumerate(observations):
+        words, words_ms = judged(judge, items[obs.item].bot, obs.text)
+        found.append(replace(obs, words=words, words_ms=words_ms))
+        if (index + 1) % 100 == 0 or index + 1 == len(observations):
+            print(f"  {index + 1}/{len(observations)} rejudged", file=sys.stderr, flush=True)
     return found
 
 
@@ -254,16 +292,23 @@ def fit(observations: list[Observation], budget_ms: float, *, hearing: bool = Tr
     against an end: its scores of synthetic voices say little about callers), how much
     Whisper's doubt about the words delays the end (`hearing`: searched, else none), and
     the waits at either side."""
+    # Words the judge gave no score wait as words not heard do (a call waits on the
+    # silence for them; the unsure wait stands in for it here).
     heard = np.array(
-        [o.hearing == Hearing.HEARD.value and bool(o.text.strip()) for o in observations]
+        [
+            o.hearing == Hearing.HEARD.value and bool(o.text.strip()) and o.words is not None
+            for o in observations
+        ]
     )
-    words = np.array([_logit(o.words) for o in observations])
+    words = np.array([_logit(0.0 if o.words is None else o.words) for o in observations])
     voice = np.array([_logit(o.smart_turn) for o in observations])
     doubt = np.array([o.avg_logprob for o in observations])
     final = np.array([o.final for o in observations])
     pause = np.array([o.pause_ms for o in observations])
     best: tuple[tuple[float, float], FusedWeights] | None = None
-    for tip in np.quantile(words[heard], np.linspace(0.05, 0.95, 19)):
+    # Where the score may tip: its quantiles over the words scored (none: any place).
+    tips = np.quantile(words[heard], np.linspace(0.05, 0.95, 19)) if heard.any() else [0.0]
+    for tip in tips:
         for sharpness in (0.5, 1.0, 2.0, 4.0, 8.0):
             for voice_weight, hearing_weight in itertools.product(
                 (0.0, 0.5, 1.0), (0.0, 0.5, 1.0, 2.0, 4.0) if hearing else (0.0,)
@@ -332,16 +377,38 @@ def heard_ends(observations: list[Observation]) -> float:
 def auc(observations: list[Observation], score: str) -> float:
     """How well `score` ("words", "smart_turn") ranks turns' ends above pauses: ROC AUC
     (1 perfect, 0.5 chance, below 0.5 backwards)."""
-    low = np.array([getattr(o, score) for o in observations if not o.final])
-    high = np.array([getattr(o, score) for o in observations if o.final])
+    scored = [o for o in observations if getattr(o, score) is not None]
+    low = np.array([getattr(o, score) for o in scored if not o.final])
+    high = np.array([getattr(o, score) for o in scored if o.final])
     if not low.size or not high.size:
         return 0.5
     wins = (low[:, None] < high[None, :]).mean() + 0.5 * (low[:, None] == high[None, :]).mean()
     return round(float(wins), 3)
 
 
+def hosted_judge(url: str, model: str) -> HostedWordsJudge:
+    """The words judge at `url`, as TURN_JUDGE_URL makes a call's (its key from
+    TURN_JUDGE_API_KEY), asked once first as a server's start asks it: a server that
+    cannot judge ends the run before any material is made."""
+    from app.settings import Settings
+
+    judge = HostedWordsJudge(url, model=model, api_key=Settings.from_env().turn_judge_api_key)
+    try:
+        judge.complete("How can I help you?", "Hello", timeout_s=10.0)
+    except HostedJudgeError as exc:
+        judge.close()
+        raise SystemExit(f"the words judge at {shown_url(url)} cannot judge: {exc}") from exc
+    return judge
+
+
 def _observe_fresh(
-    items: list[Item], seed: int, stt: str, shorten: bool, window_s: int, stt_url: str = ""
+    items: list[Item],
+    seed: int,
+    stt: str,
+    shorten: bool,
+    window_s: int,
+    stt_url: str = "",
+    judge: HostedWordsJudge | None = None,
 ) -> list[Observation]:
     from agents.assets import STT_ASSETS, ModelCache
     from app.settings import Settings
@@ -359,11 +426,15 @@ def _observe_fresh(
     listeners = Listeners.load(
         Path() if hosted else cache.path(STT_ASSETS[stt]),
         cache.path("smart-turn-v3.2"),
-        cache.path("smollm2-135m-instruct"),
+        Path() if judge else cache.path("smollm2-135m-instruct"),
         stt_window_s=window_s,
         hosted=hosted,
+        hosted_judge=judge,
     )
-    return observe(items, seed, listeners, shorten_pauses=shorten)
+    try:
+        return observe(items, seed, listeners, shorten_pauses=shorten)
+    finally:
+        listeners.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -381,6 +452,13 @@ def main(argv: list[str] | None = None) -> int:
         help="an OpenAI-compatible transcription server to hear the callers with instead "
         "(as STT_URL in calls; its key from STT_API_KEY)",
     )
+    parser.add_argument(
+        "--judge-url",
+        default="",
+        help="an OpenAI-compatible server to run the words judge on instead of the "
+        "embedded SmolLM2 (as TURN_JUDGE_URL in calls; its key from TURN_JUDGE_API_KEY)",
+    )
+    parser.add_argument("--judge-model", default="", help="the model name sent to --judge-url")
     parser.add_argument(
         "--stt-window",
         type=int,
@@ -417,12 +495,22 @@ def main(argv: list[str] | None = None) -> int:
         rng = np.random.default_rng(seed)
         items = draw(rng, len(saved["items"]), corpus_pairs())
         observations = [Observation(**o) for o in saved["observations"]]
+        if args.judge_url:  # the saved words, asked of another judge
+            with closing(hosted_judge(args.judge_url, args.judge_model)) as server:
+                observations = rejudge(items, observations, server)
     else:
         seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
         rng = np.random.default_rng(seed)
         items = draw(rng, args.items, corpus_pairs())
+        hosted = hosted_judge(args.judge_url, args.judge_model) if args.judge_url else None
         observations = _observe_fresh(
-            items, seed, args.stt, args.pauses == "shortened", args.stt_window, args.stt_url
+            items,
+            seed,
+            args.stt,
+            args.pauses == "shortened",
+            args.stt_window,
+            args.stt_url,
+            hosted,
         )
     tuning = [o for o in observations if pool_of(items[o.item].caller) == "tuning"]
     held_out = [o for o in observations if pool_of(items[o.item].caller) == "held-out"]
@@ -444,6 +532,12 @@ def main(argv: list[str] | None = None) -> int:
         for half, obs in (("tuning", tuning), ("held-out", held_out)):
             rows[f"{name} / {half}"] = asdict(score(judge, obs))
     checks = np.array([o.words_ms for o in observations])
+    unscored = sum(o.words is None for o in observations)
+    judged_by = (
+        f"{args.judge_model or 'a model'} at {shown_url(args.judge_url)}"
+        if args.judge_url
+        else "embedded SmolLM2"
+    )
     heading = f"{'judge / half':34} {'cut-offs':>9} {'end wait p50/p90/mean':>22} {'>=1 s':>6}"
     print(f"\n{heading}")
     for name, row in rows.items():
@@ -457,8 +551,9 @@ def main(argv: list[str] | None = None) -> int:
         f"\nfused weights (tuning half, mean wait <= {args.budget_ms:.0f} ms): {weights}\n"
         f"...as a setting (for this hearing and judge): TURN_JUDGE_WEIGHTS={weights.spec}\n"
         f"...without Whisper's confidence: {deaf}\n"
-        "words judge per check: "
-        f"p50 {np.percentile(checks, 50):.0f} ms, p90 {np.percentile(checks, 90):.0f} ms\n"
+        f"words judge ({judged_by}) per check: "
+        f"p50 {np.percentile(checks, 50):.0f} ms, p90 {np.percentile(checks, 90):.0f} ms, "
+        f"no score in time {unscored}/{len(observations)}\n"
         f"material: {material}\nheld-out material: {material_held_out}"
     )
     if args.json:
@@ -470,6 +565,8 @@ def main(argv: list[str] | None = None) -> int:
             "weights_no_confidence": asdict(deaf),
             "material": material,
             "material_held_out": material_held_out,
+            "words_judged_by": judged_by,
+            "words_unscored": unscored,
             "words_check_ms": {
                 "p50": float(np.percentile(checks, 50)),
                 "p90": float(np.percentile(checks, 90)),
