@@ -326,8 +326,8 @@ class Settings:
         "judge --stt-url` prints them refitted on a hosted STT's words "
         "('bias=8.8,words=8,smart_turn=0,sure_wait_ms=200,unsure_wait_ms=1800,hearing=0'; "
         "fields left out keep the shipped value). Empty: the shipped weights, fitted on "
-        "the embedded tiny.en's words and SmolLM2's scores (the bench fits them on the "
-        "embedded SmolLM2 only: a TURN_JUDGE_URL model needs a fit of its own).",
+        "the embedded tiny.en's words and SmolLM2's scores; for a TURN_JUDGE_URL model, "
+        "`judge --judge-url` fits them on its scores.",
     )
     model_threads: int = _env_field(
         "MODEL_THREADS", 2, "Threads each CPU model (STT, TTS, LLM) may use."
