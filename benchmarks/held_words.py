@@ -167,7 +167,7 @@ def rules(cfg: TurnTaking) -> dict[str, Callable[[Heard], bool]]:
             return True
         if item.speech_ms > cfg.backchannel_max_ms or item.text.endswith("?"):
             return False
-        return not fused.answerable(_evaluation(item), item.speech_ms / 1000)
+        return not fused.answerable(_evaluation(item))
 
     return {
         "product (word list)": product,

@@ -43,7 +43,7 @@ from agents.cascade.turn_evaluator import heard_as
 from agents.cascade.words_judge import LlamaWordsJudge, WordsJudge
 from agents.config import shown_url
 from agents.turns.audio import CallerAudio
-from agents.turns.config import MIN_RUN_S, FusedWeights, TurnTaking
+from agents.turns.config import FusedWeights, TurnTaking
 from agents.turns.judge import FusedJudge, TurnJudge, TurnSoFar, VoiceJudge
 from agents.turns.protocol import Evaluation, Hearing
 from benchmarks.judge_material import Item, corpus_pairs, draw, pool_of, speak, to_16k
@@ -281,13 +281,7 @@ def score(judge: TurnJudge, observations: list[Observation]) -> Score:
     )
 
 
-def fit(
-    observations: list[Observation],
-    budget_ms: float,
-    *,
-    hearing: bool = True,
-    speech: bool = True,
-) -> FusedWeights:
+def fit(observations: list[Observation], budget_ms: float, *, hearing: bool = True) -> FusedWeights:
     """The fused judge's parameters that cut off the fewest pauses while the mean wait
     at a turn's end stays within `budget_ms` (ties: the shorter p90 wait). The mean,
     not the median: the fused judge's waits have two peaks (sure and unsure), and a
@@ -296,9 +290,8 @@ def fit(
     A direct search: where the words score tips from "goes on" to "finished" (a
     quantile of the material's scores), how sharply, how much Smart Turn adds (never
     against an end: its scores of synthetic voices say little about callers), how much
-    Whisper's doubt about the words delays the end (`hearing`: searched, else none), how
-    much a longer talk so far makes an end likelier (`speech`: searched unless
-    `speech` is False), and the waits at either side."""
+    Whisper's doubt about the words delays the end (`hearing`: searched, else none), and
+    the waits at either side."""
     # Words the judge gave no score wait as words not heard do (a call waits on the
     # silence for them; the unsure wait stands in for it here).
     heard = np.array(
@@ -310,7 +303,6 @@ def fit(
     words = np.array([_logit(0.0 if o.words is None else o.words) for o in observations])
     voice = np.array([_logit(o.smart_turn) for o in observations])
     doubt = np.array([o.avg_logprob for o in observations])
-    talk = np.log(np.maximum([o.speech_s for o in observations], MIN_RUN_S))
     final = np.array([o.final for o in observations])
     pause = np.array([o.pause_ms for o in observations])
     best: tuple[tuple[float, float], FusedWeights] | None = None
@@ -318,13 +310,10 @@ def fit(
     tips = np.quantile(words[heard], np.linspace(0.05, 0.95, 19)) if heard.any() else [0.0]
     for tip in tips:
         for sharpness in (0.5, 1.0, 2.0, 4.0, 8.0):
-            for voice_weight, hearing_weight, speech_weight in itertools.product(
-                (0.0, 0.5, 1.0),
-                (0.0, 0.5, 1.0, 2.0, 4.0) if hearing else (0.0,),
-                (0.0, 0.5, 1.0, 2.0, 4.0) if speech else (0.0,),
+            for voice_weight, hearing_weight in itertools.product(
+                (0.0, 0.5, 1.0), (0.0, 0.5, 1.0, 2.0, 4.0) if hearing else (0.0,)
             ):
                 z = sharpness * (words - tip) + voice_weight * voice + hearing_weight * doubt
-                z = z + speech_weight * talk
                 p = 1 / (1 + np.exp(-np.clip(z, -40, 40)))
                 for sure_ms in range(200, 801, 100):
                     for unsure_ms in range(1000, 2601, 200):
@@ -341,7 +330,6 @@ def fit(
                                 sure_wait_ms=sure_ms,
                                 unsure_wait_ms=unsure_ms,
                                 hearing=hearing_weight,
-                                speech=speech_weight,
                             )
                             best = (key, weights)
     if best is None:
@@ -530,8 +518,6 @@ def main(argv: list[str] | None = None) -> int:
     weights = fit(tuning, args.budget_ms)
     # The same search with Whisper's confidence left out: what that feature adds.
     deaf = fit(tuning, args.budget_ms, hearing=False)
-    # ...and with how long the caller has talked left out: what that feature adds.
-    timeless = fit(tuning, args.budget_ms, speech=False)
     judges: dict[str, TurnJudge] = {
         # Without a words judge (TURN_JUDGE=voice), and the fused judge's fallback.
         "voice (Smart Turn, silence)": VoiceJudge(config),
@@ -540,7 +526,6 @@ def main(argv: list[str] | None = None) -> int:
         "fused, shipped weights": FusedJudge(config),
         "fused, refitted": FusedJudge(config, weights),
         "fused, refitted, no confidence": FusedJudge(config, deaf),
-        "fused, refitted, no speech length": FusedJudge(config, timeless),
     }
     rows = {}
     for name, judge in judges.items():
@@ -553,20 +538,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.judge_url
         else "embedded SmolLM2"
     )
-    heading = f"{'judge / half':36} {'cut-offs':>9} {'end wait p50/p90/mean':>22} {'>=1 s':>6}"
+    heading = f"{'judge / half':34} {'cut-offs':>9} {'end wait p50/p90/mean':>22} {'>=1 s':>6}"
     print(f"\n{heading}")
     for name, row in rows.items():
         cut = f"{row['cut_offs']}/{row['pauses']}"
         p50, p90, mean = row["wait_p50_ms"], row["wait_p90_ms"], row["wait_mean_ms"]
         waits = f"{p50:.0f}/{p90:.0f}/{mean:.0f} ms"
-        print(f"{name:36} {cut:>9} {waits:>22} {row['long_waits']:>6}")
+        print(f"{name:34} {cut:>9} {waits:>22} {row['long_waits']:>6}")
     material = describe(items, observations)
     material_held_out = describe(items, held_out)
     print(
         f"\nfused weights (tuning half, mean wait <= {args.budget_ms:.0f} ms): {weights}\n"
         f"...as a setting (for this hearing and judge): TURN_JUDGE_WEIGHTS={weights.spec}\n"
         f"...without Whisper's confidence: {deaf}\n"
-        f"...without the speech length: {timeless}\n"
         f"words judge ({judged_by}) per check: "
         f"p50 {np.percentile(checks, 50):.0f} ms, p90 {np.percentile(checks, 90):.0f} ms, "
         f"no score in time {unscored}/{len(observations)}\n"
@@ -579,7 +563,6 @@ def main(argv: list[str] | None = None) -> int:
             "rows": rows,
             "weights": asdict(weights),
             "weights_no_confidence": asdict(deaf),
-            "weights_no_speech": asdict(timeless),
             "material": material,
             "material_held_out": material_held_out,
             "words_judged_by": judged_by,

@@ -27,10 +27,6 @@ class FusedWeights:
     # On Whisper's mean token log-probability (0 for words it is sure of, about -1 for
     # a garble): words it may have misheard are less sure to end the turn.
     hearing: float = 0.0
-    # On the natural log of how long the caller has been talking, in seconds (from the
-    # turn's first speech, pauses included; at least MIN_RUN_S): a pause a second into
-    # a turn ends it less often than one after five.
-    speech: float = 0.0
 
     @property
     def spec(self) -> str:
@@ -42,10 +38,6 @@ class FusedWeights:
         """Whether Smart Turn's score counts: when it does not, it need not be computed
         on turns the words judge scores."""
         return self.smart_turn != 0.0
-
-
-# The shortest talk the speech weight tells apart: a shorter run is taken as this long.
-MIN_RUN_S = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +180,7 @@ def fused_weights(spec: str, shipped: FusedWeights | None = None) -> FusedWeight
     weights = replace(weights, **given)
     # A negative weight would read a finished-sounding turn (or a surer Whisper) as one
     # that goes on: not a judge, and never what a fit gives.
-    for name in ("words", "smart_turn", "hearing", "speech"):
+    for name in ("words", "smart_turn", "hearing"):
         if getattr(weights, name) < 0:
             raise ValueError(f"{name} must be >= 0, got {getattr(weights, name):g}")
     if not 0 <= weights.sure_wait_ms <= weights.unsure_wait_ms <= MAX_FITTED_WAIT_MS:

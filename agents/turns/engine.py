@@ -390,7 +390,7 @@ class TurnEngine:
             self._emit(Backchannel(speech_ms=speech_ms, text=result.text))
             words = result.hearing is Hearing.HEARD and not is_backchannel(result.text)
             cfg = self.cfg
-            if self.judge.answerable(result, speech_ms / 1000) and not self._last_reply:
+            if self.judge.answerable(result) and not self._last_reply:
                 self._end_words = _EndWords(result, start=self._utterance_start)
             self._resume_wait_ms = cfg.resume_after_words_ms if words else cfg.resume_min_silence_ms
             self._resume_after = overlap.stopped or self.position

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from agents.turns.config import MIN_RUN_S, FusedWeights, TurnTaking
+from agents.turns.config import FusedWeights, TurnTaking
 from agents.turns.protocol import Evaluation, Hearing
 from agents.turns.text import is_backchannel
 
@@ -47,9 +47,8 @@ class TurnJudge(Protocol):
         """Whether `silence_ms` of quiet after `turn` ends the caller's turn."""
         ...
 
-    def answerable(self, result: Evaluation, run_s: float) -> bool:
-        """Words said over the bot's last words, in `run_s` of talk, that are a turn
-        to answer."""
+    def answerable(self, result: Evaluation) -> bool:
+        """Words said over the bot's last words that are a turn to answer."""
         ...
 
 
@@ -79,7 +78,7 @@ class VoiceJudge:
         # Not sure: the longer pause, and at least this caller's own mid-sentence pause.
         return silence_ms >= max(cfg.max_silence_ms, turn.patience_ms)
 
-    def answerable(self, result: Evaluation, run_s: float = 0.0) -> bool:
+    def answerable(self, result: Evaluation) -> bool:
         """Words that answer, should the bot have been ending: a backchannel's (the
         closed class: "yes", "okay" answer a question the bot closed on) or words Smart
         Turn is sure of."""
@@ -113,12 +112,11 @@ class FusedJudge:
             _logit(unknown if smart_turn is None else smart_turn),
         ]
 
-    def probability(self, result: Evaluation, run_s: float) -> float:
-        """P(the turn is over) after `result`, `run_s` into the caller's talk."""
+    def probability(self, result: Evaluation) -> float:
         w = self.weights
         bias, words, voice = self.features(result.words, result.probability)
         z = w.bias * bias + w.words * words + w.smart_turn * voice
-        z += w.hearing * result.avg_logprob + w.speech * math.log(max(run_s, MIN_RUN_S))
+        z += w.hearing * result.avg_logprob
         return 1.0 / (1.0 + math.exp(-max(min(z, 40.0), -40.0)))
 
     def ends_turn(self, turn: TurnSoFar, silence_ms: int) -> bool:
@@ -129,7 +127,7 @@ class FusedJudge:
         if result.capped:
             if turn.run_s >= self.cfg.hard_max_utterance_s:
                 return True
-            return heard and self.probability(result, turn.run_s) >= 0.5
+            return heard and self.probability(result) >= 0.5
         return silence_ms >= self.wait_ms(turn)
 
     def wait_ms(self, turn: TurnSoFar) -> float:
@@ -137,7 +135,7 @@ class FusedJudge:
         result, w = turn.result, self.weights
         if result.hearing is not Hearing.HEARD or not result.text.strip():
             return w.unsure_wait_ms  # nothing to judge: no hurry
-        p = self.probability(result, turn.run_s)
+        p = self.probability(result)
         wait = w.sure_wait_ms + (w.unsure_wait_ms - w.sure_wait_ms) * (1.0 - p)
         if p < 0.5:
             # Words that may go on wait at least as long as this caller has been seen to
@@ -145,11 +143,11 @@ class FusedJudge:
             wait = max(wait, float(turn.patience_ms))
         return wait
 
-    def answerable(self, result: Evaluation, run_s: float) -> bool:
+    def answerable(self, result: Evaluation) -> bool:
         heard = result.hearing is Hearing.HEARD and bool(result.text.strip())
         if heard and result.words is None:
-            return self._without_words.answerable(result, run_s)
-        return heard and self.probability(result, run_s) >= 0.5
+            return self._without_words.answerable(result)
+        return heard and self.probability(result) >= 0.5
 
 
 def _voice(result: Evaluation) -> float:

@@ -84,14 +84,14 @@ def test_heard_words_without_a_score_wait_the_longer_pause(smart_turn: float) ->
     assert not judge.weights.hears_the_voice
     assert wait_ms(judge, turn(None, smart_turn)) == 1100
     assert wait_ms(judge, turn(None, smart_turn, patience_ms=1400)) == 1400
-    assert not judge.answerable(turn(None, smart_turn).result, 1.0)
+    assert not judge.answerable(turn(None, smart_turn).result)
 
 
 def test_heard_words_without_a_score_are_judged_by_smart_turn_where_the_weights_count_it() -> None:
     judge = FusedJudge(TurnTaking(), WEIGHTS)
     assert wait_ms(judge, turn(None, 0.9)) == TurnTaking().min_silence_ms
     assert wait_ms(judge, turn(None, 0.1)) == TurnTaking().max_silence_ms
-    assert judge.answerable(turn(None, 0.9).result, 1.0)
+    assert judge.answerable(turn(None, 0.9).result)
 
 
 def test_the_voice_judge_answers_what_smart_turn_is_sure_of_after_the_short_pause() -> None:
@@ -124,8 +124,9 @@ def test_the_voice_judge_ends_a_capped_turn_it_is_sure_of_or_at_the_hard_limit()
 def test_the_voice_judge_answers_words_over_the_bots_end_that_are_a_backchannel_or_sure(
     text: str, smart_turn: float, answerable: bool
 ) -> None:
-    voice = VoiceJudge(TurnTaking())
-    assert voice.answerable(turn(None, smart_turn, text=text).result, 0.4) is answerable
+    assert VoiceJudge(TurnTaking()).answerable(turn(None, smart_turn, text=text).result) is (
+        answerable
+    )
 
 
 def test_a_callers_learnt_patience_holds_back_only_words_that_may_go_on() -> None:
@@ -136,9 +137,9 @@ def test_a_callers_learnt_patience_holds_back_only_words_that_may_go_on() -> Non
 
 def test_words_over_the_bots_end_are_answerable_when_judged_complete() -> None:
     judge = FusedJudge(TurnTaking(), WEIGHTS)
-    assert judge.answerable(turn(0.9, 0.9).result, 1.0)
-    assert not judge.answerable(turn(0.05, 0.05).result, 1.0)
-    assert not judge.answerable(turn(0.9, 0.9, hearing=Hearing.UNCLEAR).result, 1.0)
+    assert judge.answerable(turn(0.9, 0.9).result)
+    assert not judge.answerable(turn(0.05, 0.05).result)
+    assert not judge.answerable(turn(0.9, 0.9, hearing=Hearing.UNCLEAR).result)
 
 
 def test_the_shipped_weights_answer_finished_words_fast_and_wait_on_dangling_ones() -> None:
@@ -163,29 +164,8 @@ def test_the_weights_print_as_the_setting_takes_them() -> None:
                           unsure_wait_ms=2000, hearing=0.5)  # fmt: skip
     assert fused_weights(fitted.spec) == fitted
     assert fitted.spec == (
-        "bias=8.84,words=8.0,smart_turn=0.0,sure_wait_ms=200,unsure_wait_ms=2000,hearing=0.5,"
-        "speech=0.0"
+        "bias=8.84,words=8.0,smart_turn=0.0,sure_wait_ms=200,unsure_wait_ms=2000,hearing=0.5"
     )
-
-
-def test_with_a_speech_weight_a_pause_early_in_a_turn_waits_longer_than_one_late() -> None:
-    weighed = fused_weights("bias=0,words=1,speech=2")
-    judge = FusedJudge(TurnTaking(), weighed)
-    early, late = turn(0.5, 0.5, run_s=0.8), turn(0.5, 0.5, run_s=4.0)
-    assert wait_ms(judge, early) > wait_ms(judge, late) + 500
-    # A run shorter than the shortest told apart reads as that one, never as minus infinity.
-    assert wait_ms(judge, turn(0.5, 0.5, run_s=0.0)) == wait_ms(judge, turn(0.5, 0.5, run_s=0.1))
-    # Words over the bot's end weigh their own talk the same way.
-    assert judge.answerable(turn(0.5, 0.5).result, 4.0)
-    assert not judge.answerable(turn(0.5, 0.5).result, 0.5)
-    # The shipped weights give it none: how long a caller talked changes nothing.
-    shipped = FusedJudge(TurnTaking())
-    assert wait_ms(shipped, turn(0.5, 0.5, run_s=0.8)) == wait_ms(shipped, turn(0.5, 0.5, run_s=8))
-
-
-def test_a_negative_speech_weight_is_refused() -> None:
-    with pytest.raises(ValueError, match="speech must be >= 0"):
-        fused_weights("speech=-1")
 
 
 def test_a_call_gets_the_fused_judge_only_with_a_words_judge() -> None:
