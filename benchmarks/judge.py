@@ -30,7 +30,7 @@ import itertools
 import json
 import sys
 import time
-from contextlib import closing
+from contextlib import closing, nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -114,6 +114,8 @@ class Listeners:
 
     def close(self) -> None:
         self.words_judge.close()
+        if isinstance(self.stt, HostedTranscriber):
+            self.stt.close()
 
     def observe(
         self,
@@ -194,10 +196,11 @@ def judged(judge: WordsJudge, bot: str, words: str) -> tuple[float | None, float
     that call's check would: the turn is then judged without words."""
     started = time.perf_counter()
     try:
-        score: float | None = judge.complete(bot, words)
-    except HostedJudgeError:
-        score = None
-    return score, (time.perf_counter() - started) * 1000
+        found: float | None = judge.complete(bot, words)
+    except HostedJudgeError as exc:
+        print(f"  no score: {exc}", file=sys.stderr, flush=True)
+        found = None
+    return found, (time.perf_counter() - started) * 1000
 
 
 def rejudge(
@@ -292,8 +295,9 @@ def fit(observations: list[Observation], budget_ms: float, *, hearing: bool = Tr
     against an end: its scores of synthetic voices say little about callers), how much
     Whisper's doubt about the words delays the end (`hearing`: searched, else none), and
     the waits at either side."""
-    # Words the judge gave no score wait as words not heard do (a call waits on the
-    # silence for them; the unsure wait stands in for it here).
+    # Words the judge gave no score are fitted as words not heard: the unsure wait.
+    # (A call waits on the voice judge for them, END_OF_TURN_MAX_SILENCE_MS; `score`
+    # asks the real judge, so only the fit, not the figures, takes this shortcut.)
     heard = np.array(
         [
             o.hearing == Hearing.HEARD.value and bool(o.text.strip()) and o.words is not None
@@ -486,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
         help="score the material a run wrote with --json again (its seed, its halves)",
     )
     args = parser.parse_args(argv)
+    if args.judge_model and not args.judge_url:
+        parser.error("--judge-model names the model at --judge-url")
     if args.from_json:
         saved = json.loads(args.from_json.read_text())
         seed = int(saved["seed"])
@@ -503,15 +509,16 @@ def main(argv: list[str] | None = None) -> int:
         rng = np.random.default_rng(seed)
         items = draw(rng, args.items, corpus_pairs())
         hosted = hosted_judge(args.judge_url, args.judge_model) if args.judge_url else None
-        observations = _observe_fresh(
-            items,
-            seed,
-            args.stt,
-            args.pauses == "shortened",
-            args.stt_window,
-            args.stt_url,
-            hosted,
-        )
+        with closing(hosted) if hosted else nullcontext():
+            observations = _observe_fresh(
+                items,
+                seed,
+                args.stt,
+                args.pauses == "shortened",
+                args.stt_window,
+                args.stt_url,
+                hosted,
+            )
     tuning = [o for o in observations if pool_of(items[o.item].caller) == "tuning"]
     held_out = [o for o in observations if pool_of(items[o.item].caller) == "held-out"]
     config = TurnTaking()

@@ -7,7 +7,8 @@ with, when, and on which machine, so that two results can be compared (or not).
   and whether tracked files differed from it (`dirty`; None when unknown);
 - date: UTC, to the second;
 - machine: CPU model, architecture, cores, OS and Python;
-- options: the benchmark's own arguments, as parsed;
+- options: the benchmark's own arguments, as parsed (URLs without credentials or query
+  strings, as the command line's);
 - settings: every application setting (environment variable) whose value differs from
   its default, secrets masked; the rest are the commit's defaults.
 """
@@ -21,6 +22,8 @@ import platform
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from agents.config import shown_url
 
 __all__ = ["app_settings", "commit", "cpu_model", "dirty", "machine", "options", "provenance"]
 
@@ -99,15 +102,33 @@ def options(args: argparse.Namespace | Mapping[str, object]) -> dict[str, object
 
 
 def _masked(argv: Sequence[str]) -> list[str]:
-    """The command line with a token's value hidden (`--auth-token X`, `--auth-token=X`)."""
+    """The command line with a token's value hidden (`--auth-token X`, `--auth-token=X`)
+    and a server's URL shown without credentials (`--stt-url`, `--judge-url`, ...)."""
     shown: list[str] = []
     for arg in argv:
+        name, equals, value = arg.partition("=")
         if shown and shown[-1] == "--auth-token":
             arg = "***"
         elif arg.startswith("--auth-token="):
             arg = "--auth-token=***"
+        elif shown and _is_url_option(shown[-1]):
+            arg = shown_url(arg)
+        elif equals and _is_url_option(name):
+            arg = f"{name}={shown_url(value)}"
         shown.append(arg)
     return shown
+
+
+def _is_url_option(arg: str) -> bool:
+    return arg.startswith("--") and arg.endswith("-url")
+
+
+def _shown_options(run_options: Mapping[str, object]) -> dict[str, object]:
+    """The options with every URL (an option named `*url`) shown without credentials."""
+    return {
+        key: shown_url(value) if key.endswith("url") and isinstance(value, str) and value else value
+        for key, value in run_options.items()
+    }
 
 
 def provenance(
@@ -122,6 +143,6 @@ def provenance(
         "dirty": dirty(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
-        "options": dict(run_options or {}),
+        "options": _shown_options(run_options or {}),
         "settings": app_settings(),
     }

@@ -60,6 +60,23 @@ def test_provenance_keeps_tokens_out() -> None:
     assert "s3cret-token" not in json.dumps(made)
 
 
+def test_provenance_shows_a_servers_url_without_its_credentials() -> None:
+    url = "https://user:s3cret@judge.example/v1?api_key=k3y"
+    argv = ["--judge-url", url, f"--stt-url={url}", "--items", "40"]
+    made = provenance("judge", argv, {"judge_url": url, "stt_url": "", "items": 40})
+    shown = json.dumps(made)
+    assert "s3cret" not in shown and "k3y" not in shown
+    assert made["options"] == {
+        "judge_url": "https://***@judge.example/v1?***",
+        "stt_url": "",
+        "items": 40,
+    }
+    assert made["command"].endswith(
+        "--judge-url https://***@judge.example/v1?*** "
+        "--stt-url=https://***@judge.example/v1?*** --items 40"
+    )
+
+
 def test_settings_are_those_that_differ_from_their_defaults_secrets_masked() -> None:
     environ = {"STT_MODEL": "base", "TWILIO_AUTH_TOKEN": "s3cret-token", "UNRELATED": "x"}
     assert app_settings({}) == {}

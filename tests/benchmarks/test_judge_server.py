@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
@@ -32,6 +33,7 @@ from benchmarks.judge import Listeners, Observation, fit, main, rejudge, wait_ms
 from benchmarks.judge_material import corpus_pairs, draw
 
 Scorer = Callable[[str], float]  # the caller's words in the prompt -> P(turn is over)
+SEEN_KEYS: list[str | None] = []  # the Authorization headers the servers were sent
 
 
 def _answer(p_end: float) -> dict[str, object]:
@@ -45,13 +47,22 @@ def _callers_words(prompt: str) -> str:
 
 @pytest.fixture
 def judge_server() -> Iterator[Callable[[Scorer], str]]:
-    """A completions server on loopback that scores the caller's words with a given rule."""
+    """A completions server on loopback that scores the caller's words with a given rule.
+    It answers only what the words judge must ask: one token of /v1/completions, with
+    its alternatives (and 404 or 400 otherwise, as a real server would refuse)."""
     servers: list[ThreadingHTTPServer] = []
 
     def start(scorer: Scorer) -> str:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                SEEN_KEYS.append(self.headers.get("Authorization"))
+                if self.path != "/v1/completions":
+                    self.send_error(404)
+                    return
+                if body.get("max_tokens") != 1 or int(body.get("logprobs", 0)) < 5:
+                    self.send_error(400)
+                    return
                 payload = json.dumps(_answer(scorer(_callers_words(body["prompt"])))).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -106,8 +117,10 @@ def _saved_run(path: Path, seed: int, count: int) -> list[Observation]:
 
 
 def test_a_saved_runs_words_are_judged_again_by_a_server_and_the_refit_is_its_own(
-    tmp_path: Path, judge_server: Callable[[Scorer], str]
+    tmp_path: Path, judge_server: Callable[[Scorer], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("TURN_JUDGE_API_KEY", "judge-key")
+    SEEN_KEYS.clear()
     saved = tmp_path / "run.json"
     heard = _saved_run(saved, seed=4242, count=40)
     whole = {judged_words(o.text) for o in heard if o.final}
@@ -119,6 +132,7 @@ def test_a_saved_runs_words_are_judged_again_by_a_server_and_the_refit_is_its_ow
 
     result = json.loads(out.read_text())
     assert result["words_judged_by"].endswith(url.removeprefix("http://"))
+    assert SEEN_KEYS and set(SEEN_KEYS) == {"Bearer judge-key"}  # TURN_JUDGE_API_KEY's
     assert result["words_unscored"] == 0
     words = {(o["item"], o["final"]): o["words"] for o in result["observations"]}
     assert all(words[(o.item, o.final)] == pytest.approx(0.97 if o.final else 0.01) for o in heard)
@@ -171,16 +185,27 @@ def test_a_check_the_server_cannot_answer_is_no_score_and_waits_as_a_call_would(
     config = TurnTaking()
     # A call's fused judge waits on the voice and the silence for words it has no score of.
     assert wait_ms(FusedJudge(config), unscored) == wait_ms(VoiceJudge(config), unscored)
-    # ...and the refit counts them as words not heard, not as a score of zero.
-    weights = fit([unscored, replace(unscored, final=True, pause_ms=0.0)], 5000.0)
-    assert weights.sure_wait_ms <= weights.unsure_wait_ms
+    # ...and the refit counts them as words not heard, not as a score of zero: it fits
+    # the same weights as on the same material with those words unheard.
+    scored = [replace(saved, item=i, words=0.02 + 0.01 * i) for i in range(8)]
+    scored += [replace(o, final=True, pause_ms=0.0, words=0.9 - 0.05 * o.item) for o in scored]
+    mix = [*scored, unscored, replace(unscored, final=True, pause_ms=0.0)]
+    unheard = [replace(o, hearing="unclear") if o.words is None else o for o in mix]
+    assert fit(mix, 900.0) == fit(unheard, 900.0)
+    as_zero = [replace(o, words=0.0) if o.words is None else o for o in mix]
+    assert fit(mix, 900.0) != fit(as_zero, 900.0)
 
 
-def test_a_judge_server_that_cannot_judge_ends_the_run_before_any_material_is_made(
-    tmp_path: Path,
-) -> None:
-    with pytest.raises(SystemExit, match=r"words judge at http://127\.0\.0\.1:9/v1 cannot judge"):
-        main(["--items", "2", "--judge-url", "http://127.0.0.1:9/v1"])
+def test_a_judge_server_that_cannot_judge_ends_the_run_before_any_material_is_made() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://user:s3cret@127.0.0.1:{port}/v1?key=k3y"
+    with pytest.raises(SystemExit) as ended:
+        main(["--items", "2", "--judge-url", url])
+    message = str(ended.value)
+    assert f"words judge at http://***@127.0.0.1:{port}/v1?*** cannot judge" in message
+    assert "s3cret" not in message and "k3y" not in message
 
 
 def _observations_of_one_line() -> list[Observation]:
