@@ -18,6 +18,10 @@ turns, not one. Only a one-sentence utterance is paused: a quick reader's senten
 can be as short as the gaps between their words, and a turn stopped there may have been
 complete. An utterance whose sentence end falls at no inner pause is said whole.
 
+A turn ends with the reader's last word. Sound after it that never comes near the
+reading's speech level (a breath, the room) is not part of the turn: a bot that answers
+over a caller's breath has not talked over them.
+
 Only the assets are used; the package's own library is never imported (its wheel is
 installed without its dependencies, which are for microphones and downloads).
 """
@@ -57,6 +61,14 @@ RECORDINGS: Final = {
 # Speech is a frame above the recording's floor by this share of its floor-to-peak range:
 # relative, because the four recordings differ by 20 dB in level and in room noise.
 SPEECH_SHARE: Final = 0.4
+# ...and a frame over this share is at a speaking level (within ~15 dB of the
+# reading's peak). A word's last sound (a fricative, a nasal) may trail its vowel at a
+# fainter level for up to ~200 ms; fainter sound going on longer than FAINT_TAIL_MS
+# after the reader's last word is a breath or the room: beckett.wav's "Fail better."
+# trails off into a second of it, 15-20 dB under the words, that neither Whisper nor
+# the call's speech detector takes for speech.
+LOUD_SHARE: Final = 0.6
+FAINT_TAIL_MS: Final = 300
 # A silence this long ends an utterance. The readers pause 300-520 ms at commas and
 # 580-1080 ms between sentences (two_cities, measured with the rule above).
 UTTERANCE_PAUSE_MS: Final = 560
@@ -95,11 +107,12 @@ _INNER_SENTENCE_END: Final = re.compile(r"[.?!]\s+\S")
 
 @dataclass(frozen=True)
 class Heard:
-    """What a listener made of a clip: its words, punctuated, and where (ms into the
-    clip) each sentence but the last ends."""
+    """What a listener made of a clip: its words, punctuated, where (ms into the clip)
+    each sentence but the last ends, and where its last word ends (None: not timed)."""
 
     text: str
     sentence_ends_ms: tuple[int, ...] = ()
+    last_word_end_ms: int | None = None
 
 
 # What a listener hears in a clip of a recording (8 kHz int16).
@@ -113,6 +126,9 @@ class Utterance:
     inner_pauses: tuple[tuple[int, int], ...]
     # What Whisper heard of it ("" when nobody listened).
     text: str = ""
+    # Where its sound at a speaking level ends, when fainter sound follows
+    # for longer than a word's last sound does (None: it ends at a speaking level).
+    loud_end_ms: int | None = None
 
     @property
     def sentences_inside(self) -> bool:
@@ -173,6 +189,7 @@ def find_utterances(name: str, audio: np.ndarray) -> list[Utterance]:
     levels = frame_levels_db(audio)
     floor, peak = np.percentile(levels, [10, 95])
     speech = levels > floor + SPEECH_SHARE * (peak - floor)
+    loud = floor + LOUD_SHARE * (peak - floor)
     frame_ms = 1000 * FRAME // RATE
     # Runs of speech, then runs joined across silences shorter than an utterance pause.
     runs: list[tuple[int, int]] = []
@@ -194,8 +211,11 @@ def find_utterances(name: str, audio: np.ndarray) -> list[Utterance]:
         if group:
             start, end = group[0][0] * frame_ms, group[-1][1] * frame_ms
             inner = tuple((a[1] * frame_ms, b[0] * frame_ms) for a, b in itertools.pairwise(group))
+            at_level = np.flatnonzero(levels[group[0][0] : group[-1][1]] >= loud)
+            loud_end = start + (int(at_level[-1]) + 1) * frame_ms if at_level.size else end
+            faint_end = loud_end if end - loud_end > FAINT_TAIL_MS else None
             if end - start >= MIN_UTTERANCE_MS:
-                utterances.append(Utterance(Clip(name, start, end), inner))
+                utterances.append(Utterance(Clip(name, start, end), inner, loud_end_ms=faint_end))
         group = [run] if run is not None else []
     return utterances
 
@@ -203,6 +223,7 @@ def find_utterances(name: str, audio: np.ndarray) -> list[Utterance]:
 def by_sentence(utterance: Utterance, heard: Heard) -> list[Utterance]:
     """`utterance` with `heard`'s words, cut into one per sentence where a sentence ends
     at an inner pause; a sentence end found at no pause leaves its sentences together."""
+    utterance = _without_faint_tail(utterance, heard)
     texts = [t for t in re.split(r"(?<=[.?!])\s+", heard.text.strip()) if t]
     whole = replace(utterance, text=heard.text.strip())
     if len(texts) != len(heard.sentence_ends_ms) + 1:
@@ -229,6 +250,19 @@ def by_sentence(utterance: Utterance, heard: Heard) -> list[Utterance]:
         pieces.append(Utterance(clip, inner, " ".join(texts[first:count])))
         start, first = b, count
     return pieces
+
+
+def _without_faint_tail(utterance: Utterance, heard: Heard) -> Utterance:
+    """`utterance` ending where its speaking-level sound does, when the listener's last
+    word ended there too: what follows is not the reader speaking."""
+    loud_end, last_word = utterance.loud_end_ms, heard.last_word_end_ms
+    if loud_end is None or last_word is None:
+        return utterance
+    if utterance.clip.start_ms + last_word > loud_end + SENTENCE_END_SLACK_MS:
+        return utterance  # words heard in the faint part: keep it
+    clip = Clip(utterance.clip.recording, utterance.clip.start_ms, loud_end)
+    inner = tuple(p for p in utterance.inner_pauses if p[1] <= loud_end)
+    return replace(utterance, clip=clip, inner_pauses=inner, loud_end_ms=None)
 
 
 def _too_short(
@@ -275,7 +309,7 @@ def whisper_base() -> Hear:
         ends = tuple(
             round(w.end * 1000) for w in words[:-1] if w.word.strip().endswith((".", "?", "!"))
         )
-        return Heard(text, ends)
+        return Heard(text, ends, round(words[-1].end * 1000) if words else None)
 
     return hear
 

@@ -13,6 +13,8 @@ import pytest
 
 from benchmarks.turns.corpus import TURNS_PER_CALL, corpus_scripts, halves
 from benchmarks.turns.recordings import (
+    FAINT_TAIL_MS,
+    LOUD_SHARE,
     RECORDINGS,
     UTTERANCE_PAUSE_MS,
     Clip,
@@ -21,6 +23,7 @@ from benchmarks.turns.recordings import (
     Utterance,
     assets_dir,
     by_sentence,
+    find_utterances,
     frame_levels_db,
 )
 from benchmarks.turns.script import RECORDED, Kind, Voices, prepare
@@ -141,6 +144,50 @@ def test_an_utterance_is_cut_into_turns_where_its_sentences_end_at_a_pause() -> 
     early = Utterance(Clip("x.wav", 1000, 5000), ((1080, 1140), (2900, 3400)))
     [whole] = by_sentence(early, Heard("I do. I think that it could do it very well.", (100,)))
     assert whole.clip == early.clip
+
+
+def _reading_with_a_tail(tail_ms: int) -> np.ndarray:
+    """A second of room, a second of a voice at speaking level, a fainter sound for
+    `tail_ms` (25 dB under the voice, still well over the room), then the room again."""
+    rng = np.random.default_rng(0)
+    t = np.arange(8000) / 8000
+    voice = 10000 * np.sin(2 * np.pi * 220 * t) * (1 + 0.3 * np.sin(2 * np.pi * 3 * t))
+    parts = [
+        rng.normal(0, 10, 8000),
+        voice,
+        rng.normal(0, 400, tail_ms * 8),
+        rng.normal(0, 10, 8000),
+    ]
+    return np.concatenate(parts).astype(np.int16)
+
+
+def test_a_turn_ends_with_the_readers_last_word_not_with_a_breath_after_it() -> None:
+    [breath] = find_utterances("x.wav", _reading_with_a_tail(800))
+    assert breath.clip == Clip("x.wav", 1000, 2800)
+    assert breath.loud_end_ms == 2000
+    # The listener's last word ended at the voice's end: the turn ends there too, and a
+    # bot that answers during the breath has not talked over the reader.
+    [turn] = by_sentence(breath, Heard("Fail better.", (), 980))
+    assert turn.clip == Clip("x.wav", 1000, 2000) and turn.text == "Fail better."
+    # Words heard in the faint part (a word said softly) keep it in the turn, and so does
+    # a listener that did not time its words.
+    [soft] = by_sentence(breath, Heard("Fail better, again.", (), 1600))
+    assert soft.clip == breath.clip
+    [untimed] = by_sentence(breath, Heard("Fail better."))
+    assert untimed.clip == breath.clip
+    # A word's own faint last sound (a fricative after its vowel) is the word's.
+    [word] = find_utterances("x.wav", _reading_with_a_tail(FAINT_TAIL_MS - 100))
+    assert word.loud_end_ms is None and word.clip.end_ms == 2000 + FAINT_TAIL_MS - 100
+
+
+def test_every_recorded_turn_ends_at_a_speaking_level(recordings: Recordings) -> None:
+    for name, audio in recordings.audio.items():
+        levels = frame_levels_db(audio)
+        floor, peak = np.percentile(levels, [10, 95])
+        loud = floor + LOUD_SHARE * (peak - floor)
+        for u in (u for u in recordings.utterances if u.clip.recording == name):
+            last = levels[(u.clip.end_ms - FAINT_TAIL_MS - 20) // 20 : u.clip.end_ms // 20]
+            assert last.max() >= loud, u.clip.label
 
 
 def test_the_plays_two_voices_are_never_one_turn(recordings: Recordings) -> None:
