@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import subprocess
-import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +27,7 @@ import numpy as np
 
 from media.codec import mulaw_decode, mulaw_encode
 from media.resample import resample
-from media.wav import read_wav
-from ops.caller_voice import CallerVoice, phone_line
+from ops.caller_voice import CallerVoice
 from ops.line import active_rms, babble
 
 __all__ = ["Item", "Spoken", "corpus_pairs", "draw", "on_line", "pool_of", "speak"]
@@ -133,15 +130,12 @@ def draw(rng: np.random.Generator, count: int, pairs: list[tuple[str, str]]) -> 
 
 def speak(item: Item, rng: np.random.Generator, piper: CallerVoice | None = None) -> Spoken:
     if item.engine == "espeak":
-        spoken = _espeak_with_break(item)
+        voice = CallerVoice("espeak", item.rate_wpm, item.voice)
     else:
         voice = piper or CallerVoice("piper", item.rate_wpm)
         voice.rate_wpm = item.rate_wpm
-        first, rest = voice.speak(item.prefix), voice.speak(item.rest)
-        gap = np.zeros(int(item.pause_s * RATE), np.int16)
-        spoken = Spoken(np.concatenate([first, gap, rest]), first.size, first.size + gap.size)
-    audio = on_line(spoken.audio, item.line, rng)
-    return Spoken(audio, spoken.pause_start, spoken.pause_end)
+    audio, start, end = voice.speak_paused(item.prefix, int(item.pause_s * 1000), item.rest)
+    return Spoken(on_line(audio, item.line, rng), start, end)
 
 
 def on_line(audio: np.ndarray, line: str, rng: np.random.Generator) -> np.ndarray:
@@ -155,53 +149,6 @@ def on_line(audio: np.ndarray, line: str, rng: np.random.Generator) -> np.ndarra
     gain = active_rms(speech) / max(noise_rms, 1e-9) / 10 ** (BABBLE_SNR_DB / 20)
     mixed = np.clip(speech + noise * gain, -32768, 32767).astype(np.int16)
     return mulaw_decode(mulaw_encode(mixed))
-
-
-def _espeak_with_break(item: Item) -> Spoken:
-    ssml = (
-        f'<speak>{_escape(item.prefix)} <break time="{int(item.pause_s * 1000)}ms"/> '
-        f"{_escape(item.rest)}</speak>"
-    )
-    with tempfile.TemporaryDirectory(prefix="offhook-judge-") as tmp:
-        out = Path(tmp) / "speech.wav"
-        subprocess.run(
-            [
-                "espeak-ng",
-                "-m",
-                "-v",
-                item.voice,
-                "-s",
-                str(item.rate_wpm),
-                "-w",
-                str(out),
-                "--stdin",
-            ],
-            input=ssml.encode("utf-8"),
-            capture_output=True,
-            timeout=30,
-            check=True,
-        )
-        raw, rate = read_wav(out)
-    audio = phone_line(raw / max(float(np.abs(raw).max()), 1e-9) * 0.7, rate)
-    start, end = _longest_quiet(audio)
-    return Spoken(audio, start, end)
-
-
-def _longest_quiet(audio: np.ndarray, frame: int = 80) -> tuple[int, int]:
-    """The longest run of quiet 10 ms frames: where the SSML break was spoken."""
-    frames = audio[: audio.size // frame * frame].astype(np.float32).reshape(-1, frame)
-    level = np.sqrt((frames**2).mean(axis=1))
-    quiet = level < max(float(level.max()) * 0.02, 30.0)
-    best, best_at, run = 0, 0, 0
-    for i, q in enumerate(quiet):
-        run = run + 1 if q else 0
-        if run > best:
-            best, best_at = run, i - run + 1
-    return best_at * frame, (best_at + best) * frame
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def to_16k(audio_8k: np.ndarray) -> np.ndarray:

@@ -126,12 +126,37 @@ class CallerVoice:
             raise CallerVoiceError(f"{self.engine} produced only silence for {text!r}")
         return speech
 
-    def _espeak(self, text: str) -> tuple[np.ndarray, int]:
+    def speak_paused(self, first: str, pause_ms: int, rest: str) -> tuple[np.ndarray, int, int]:
+        """`first`, a pause of `pause_ms`, then `rest`: one sentence said with a pause in
+        it, as int16 8 kHz speech, and where the pause begins and ends (samples).
+
+        espeak-ng says it as one sentence with an SSML break, so its intonation carries
+        on across the pause as a person's does mid-sentence (said apart, `first` would
+        end like a finished sentence). Piper reads no SSML: it says the two apart."""
+        if not first.strip() or not rest.strip():
+            raise ValueError("expected words on both sides of the pause")
+        if pause_ms <= 0:
+            raise ValueError(f"expected a pause of at least 1 ms, got {pause_ms}")
+        if self.engine != "espeak":
+            before, after = self.speak(first), self.speak(rest)
+            gap = np.zeros(LINE_RATE * pause_ms // 1000, np.int16)
+            return np.concatenate([before, gap, after]), before.size, before.size + gap.size
+        ssml = f'<speak>{_ssml_text(first)} <break time="{pause_ms}ms"/> {_ssml_text(rest)}</speak>'
+        raw, rate = self._espeak(ssml, ssml=True)
+        speech = phone_line(_normalise_peak(raw), rate)
+        start, end = _longest_quiet(speech)
+        if end - start < LINE_RATE * pause_ms // 2000:
+            raise CallerVoiceError(f"espeak-ng left out the {pause_ms} ms pause in {first!r}")
+        return speech, start, end
+
+    def _espeak(self, text: str, *, ssml: bool = False) -> tuple[np.ndarray, int]:
         with tempfile.TemporaryDirectory(prefix="offhook-voice-") as tmp:
             out = Path(tmp) / "speech.wav"
             # Text goes through stdin so a line starting with "-" is never read as an
             # option and long text has no argv limit.
             command = ["espeak-ng", "-v", self.voice, "-s", str(self.rate_wpm), "-w", str(out)]
+            if ssml:
+                command.insert(1, "-m")
             try:
                 done = subprocess.run(
                     [*command, "--stdin"],
@@ -169,6 +194,23 @@ class CallerVoice:
             model = _piper_model_path() if self.voice == "en-us" else Path(self.voice)
             self._piper = PiperVoice.load(model)
         return self._piper
+
+
+def _ssml_text(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _longest_quiet(audio: np.ndarray, frame: int = 80) -> tuple[int, int]:
+    """The longest run of quiet 10 ms frames (samples): where an SSML break was said."""
+    frames = audio[: audio.size // frame * frame].astype(np.float32).reshape(-1, frame)
+    level = np.sqrt((frames**2).mean(axis=1))
+    quiet = level < max(float(level.max()) * 0.02, 30.0)
+    best, best_at, run = 0, 0, 0
+    for i, q in enumerate(quiet):
+        run = run + 1 if q else 0
+        if run > best:
+            best, best_at = run, i - run + 1
+    return best_at * frame, (best_at + best) * frame
 
 
 def speak(

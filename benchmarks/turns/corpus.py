@@ -4,7 +4,9 @@ for each run from the English dialogues of chatterbot-corpus.
 Each call has one random caller voice (espeak-ng voices and variants at 120-210 words a
 minute, or the bundled Piper voice at 130-200) and four caller lines. Most lines are
 paused for 0.4-1.8 s at a random word boundary, so what comes before the pause is an
-unfinished turn by construction; the others are said whole.
+unfinished turn by construction; the others are said whole. espeak-ng says a paused line
+as one sentence with an SSML break, its intonation carrying on across the pause as a
+person's does mid-sentence; Piper, which reads no SSML, says the two parts apart.
 
 A quarter of the calls (rounded; `--recorded-share` sets another share) are people
 instead: each line is an utterance of the recordings moonshine-voice ships

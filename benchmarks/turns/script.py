@@ -61,6 +61,8 @@ class Gap:
 
 # Speech to synthesise; an exact scripted pause (ms); a natural pause; recorded speech.
 Part = str | int | Gap | Clip
+# A sentence said with a pause in it: its audio, and where the pause begins and ends.
+Paused = tuple[np.ndarray, int, int]
 
 
 @dataclass(frozen=True)
@@ -286,15 +288,25 @@ class Voices:
     def __init__(self, recordings: Recordings | None = None) -> None:
         self._voices: dict[Voice, CallerVoice] = {}
         self._said: dict[tuple[Voice, str], np.ndarray] = {}
+        self._paused: dict[tuple[Voice, str, int, str], Paused] = {}
         self.recordings = recordings or Recordings()
 
     def speak(self, voice: Voice, text: str) -> np.ndarray:
         key = (voice, text)
         if key not in self._said:
-            if voice not in self._voices:
-                self._voices[voice] = CallerVoice(voice.engine, voice.rate_wpm, voice.name)
-            self._said[key] = self._voices[voice].speak(text)
+            self._said[key] = self._voice(voice).speak(text)
         return self._said[key]
+
+    def speak_paused(self, voice: Voice, first: str, pause_ms: int, rest: str) -> Paused:
+        key = (voice, first, pause_ms, rest)
+        if key not in self._paused:
+            self._paused[key] = self._voice(voice).speak_paused(first, pause_ms, rest)
+        return self._paused[key]
+
+    def _voice(self, voice: Voice) -> CallerVoice:
+        if voice not in self._voices:
+            self._voices[voice] = CallerVoice(voice.engine, voice.rate_wpm, voice.name)
+        return self._voices[voice]
 
 
 def compose(
@@ -303,15 +315,30 @@ def compose(
     rng: np.random.Generator,
     recorded: Callable[[Clip], np.ndarray] | None = None,
     speech_in: Callable[[Clip], list[tuple[int, int, str]]] | None = None,
+    speak_paused: Callable[[str, int, str], Paused] | None = None,
 ) -> tuple[np.ndarray, tuple[tuple[float, float], ...], tuple[Said, ...]]:
     """Speech and pauses end to end (int16 8 kHz), where the exact pauses lie, and
-    where each stretch of speech lies with its words (a recording's from `speech_in`)."""
+    where each stretch of speech lies with its words (a recording's from `speech_in`).
+
+    Words, an exact pause and words again are one sentence paused in the middle: with
+    `speak_paused`, said as one (the voice's intonation carries on across the pause)."""
     pieces: list[np.ndarray] = []
     pauses: list[tuple[float, float]] = []
     said: list[Said] = []
     at = 0
-    for part in parts:
-        if isinstance(part, str):
+    parts = list(parts)
+    while parts:
+        part = parts.pop(0)
+        if speak_paused is not None and isinstance(part, str) and _paused_sentence(parts):
+            pause_ms, rest = parts.pop(0), parts.pop(0)
+            assert isinstance(pause_ms, int) and isinstance(rest, str)
+            audio, start, end = speak_paused(part, pause_ms, rest)
+            said += [
+                Said(_ms(at), _ms(at + start), part),
+                Said(_ms(at + end), _ms(at + audio.size), rest),
+            ]
+            pauses.append((_ms(at + start), _ms(at + end)))
+        elif isinstance(part, str):
             audio = speak(part)
             said.append(Said(_ms(at), _ms(at + audio.size), part))
         elif isinstance(part, Clip):
@@ -335,6 +362,11 @@ def compose(
     return audio, tuple(pauses), tuple(said)
 
 
+def _paused_sentence(following: Sequence[Part]) -> bool:
+    """Words are followed by an exact pause and more words."""
+    return len(following) >= 2 and isinstance(following[0], int) and isinstance(following[1], str)
+
+
 def prepare(script: Script, seed: int, voices: Voices) -> PreparedScript:
     """Every turn synthesised before dialling; the seed draws delays and natural pauses."""
     # crc32, not a sum of characters: "corpus-01" and "corpus-10" must draw apart.
@@ -344,7 +376,14 @@ def prepare(script: Script, seed: int, voices: Voices) -> PreparedScript:
         voice = say.voice or script.voice
         speak = partial(voices.speak, voice)
         recordings = voices.recordings
-        audio, pauses, said = compose(say.parts, speak, rng, recordings.clip, recordings.speech_in)
+        audio, pauses, said = compose(
+            say.parts,
+            speak,
+            rng,
+            recordings.clip,
+            recordings.speech_in,
+            partial(voices.speak_paused, voice),
+        )
         delay = say.delay_ms
         if delay is None:
             delay = 20 * int(rng.integers(25, 46))  # 500-900 ms, on the 20 ms tick

@@ -451,6 +451,31 @@ def test_compose_puts_exact_pauses_where_the_facts_say() -> None:
     assert 800 + 4000 + 1600 + 1600 + 800 <= audio.size <= 800 + 4000 + 1600 + 2400 + 800
 
 
+def test_compose_says_a_sentence_paused_in_the_middle_as_one_when_it_can() -> None:
+    rng = np.random.default_rng(1)
+    speech = {"one": np.full(800, 1000, np.int16), "two": np.full(1600, 1000, np.int16)}
+    asked: list[tuple[str, int, str]] = []
+
+    def speak_paused(first: str, pause_ms: int, rest: str) -> tuple[np.ndarray, int, int]:
+        asked.append((first, pause_ms, rest))
+        # One sentence: the voice's pause comes out 30 ms longer than asked.
+        said = [speech[first], np.zeros(8 * (pause_ms + 30), np.int16), speech[rest]]
+        return np.concatenate(said), 800, 800 + 8 * (pause_ms + 30)
+
+    audio, pauses, said = compose(
+        ("two", "one", 500, "two", 300), speech.__getitem__, rng, speak_paused=speak_paused
+    )
+
+    assert asked == [("one", 500, "two")]
+    assert pauses == ((300.0, 830.0), (1030.0, 1330.0))  # the voice's pause, as it came out
+    assert [(s.start_ms, s.end_ms, s.text) for s in said] == [
+        (0.0, 200.0, "two"),
+        (200.0, 300.0, "one"),
+        (830.0, 1030.0, "two"),
+    ]
+    assert audio.size == 1600 + 800 + 8 * 530 + 1600 + 2400
+
+
 def test_read_aloud_pauses_between_sentences_and_at_commas() -> None:
     parts = read_aloud("First, two pizzas. Then bread.")
 

@@ -81,3 +81,35 @@ def test_trim_silence_keeps_the_loud_span() -> None:
 
     np.testing.assert_array_equal(trim_silence(x), [400, 0, -300])
     assert trim_silence(np.zeros(10, np.int16)).size == 0
+
+
+def test_espeak_says_a_sentence_paused_in_the_middle_as_one_sentence() -> None:
+    voice = CallerVoice("espeak", 160, "en-gb-scotland+m3")
+    audio, start, end = voice.speak_paused("I would like a table for", 800, "four people tonight")
+
+    assert 700 <= (end - start) / 8 <= 900  # the pause, as asked for
+    pause, speech = audio[start:end].astype(float), audio[:start].astype(float)
+    assert np.sqrt(np.mean(pause**2)) < 0.02 * np.sqrt(np.mean(speech**2))
+    # Said on its own, the first half would end like a finished sentence: drawn out, its
+    # pitch falling. Mid-sentence it runs on into the pause.
+    assert start < voice.speak("I would like a table for").size - 8 * 20
+    assert audio.size - end == pytest.approx(voice.speak("four people tonight").size, abs=160)
+
+
+def test_piper_says_a_paused_sentence_in_two_parts() -> None:
+    voice = CallerVoice("piper", 160)
+    audio, start, end = voice.speak_paused("I would like", 500, "a table")
+
+    # (Piper draws its voice anew each time: the two parts' lengths vary a little.)
+    assert end - start == 4000 and not audio[start:end].any()
+    assert start == pytest.approx(voice.speak("I would like").size, rel=0.15)
+    assert audio.size - end == pytest.approx(voice.speak("a table").size, rel=0.15)
+    assert np.abs(audio[:start]).max() > 1000 and np.abs(audio[end:]).max() > 1000
+
+
+def test_a_paused_sentence_needs_words_on_both_sides_and_a_pause() -> None:
+    voice = CallerVoice("espeak", 160)
+    with pytest.raises(ValueError, match="both sides"):
+        voice.speak_paused("Hello", 500, " ")
+    with pytest.raises(ValueError, match="at least 1 ms"):
+        voice.speak_paused("Hello", 0, "there")
