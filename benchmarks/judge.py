@@ -6,14 +6,16 @@
 Material is made fresh for every run (benchmarks/judge_material.py): caller lines from
 chatterbot-corpus, each paused at a random word boundary, in random espeak-ng and Piper
 voices and rates, on clean and babble lines. At each pause and at each line's end, the
-models hear what a call would have heard by then: Whisper's words (on the audio with a
+models hear what a call would have heard by then (the pauses: the scripted one, and
+every other one a call's speech detector finds in the line, such as a voice's pause
+between two sentences, after which the caller goes on just the same): Whisper's words (on the audio with a
 pause inside the speech cut short where a call's front end finds one, as a call does;
 `--pauses whole` hears it whole), Smart Turn's score, and the words judge's score
 (agents/cascade/words_judge.py) with the bot's line before.
 
 Each judge says how long a silence it waits before answering. Waiting less than a pause
-is a cut-off (the bot would answer the half sentence); at a line's end, the wait is the
-caller's dead air. The items are shuffled into a tuning half and a held-out half;
+is a cut-off (the bot would answer the half sentence; cut-offs at the voice's own pauses
+are also counted apart); at a line's end, the wait is the caller's dead air. The items are shuffled into a tuning half and a held-out half;
 anything fitted (the fused judge's weights and its two waits) is fitted on the tuning
 half only, and the held-out half is the one to quote.
 
@@ -51,7 +53,7 @@ from benchmarks.provenance import provenance
 from media.codec import mulaw_encode
 from media.frontend import FrontEnd
 from media.turn import EndOfTurnModel
-from media.vad import VadEvent
+from media.vad import SpeechStarted, SpeechStopped, VadEvent
 from ops.caller_voice import CallerVoice
 
 __all__ = ["Listeners", "Observation", "auc", "heard_ends", "judged", "main", "rejudge", "score"]
@@ -81,6 +83,9 @@ class Observation:
     words_ms: float  # the words judge's own time for this check
     # Whisper's mean token log-probability (0.0 in runs saved before it was kept).
     avg_logprob: float = 0.0
+    # A pause the voice made on its own (between sentences, at a comma), not the
+    # scripted one: the caller went on after it all the same (none before 2026-11-29).
+    natural: bool = False
 
 
 @dataclass
@@ -127,6 +132,7 @@ class Listeners:
         item: int,
         final: bool,
         pause_ms: float,
+        natural: bool = False,
     ) -> Observation:
         """What the models make of `ended` (8 kHz) up to sample `upto` and
         EVAL_TAIL_MS more, as a call's engine would ask them: Whisper on the audio with
@@ -152,6 +158,7 @@ class Listeners:
             speech_s=speech_s,
             words_ms=words_ms,
             avg_logprob=transcript.avg_logprob,
+            natural=natural,
         )
 
 
@@ -172,7 +179,8 @@ def observe(
         pause_ms = (spoken.pause_end - spoken.pause_start) * 1000 / RATE
         tail = int(EVAL_TAIL_MS * RATE / 1000)
         ended = np.concatenate([spoken.audio, np.zeros(tail, np.int16)])
-        events = speech_events(ended) if shorten_pauses else []
+        vad = speech_events(ended)
+        events = vad if shorten_pauses else []
         for final, upto in ((False, spoken.pause_start), (True, spoken.audio.size)):
             found.append(
                 listeners.observe(
@@ -183,6 +191,19 @@ def observe(
                     item=index,
                     final=final,
                     pause_ms=0.0 if final else pause_ms,
+                )
+            )
+        for upto, gap_ms in natural_pauses(vad, spoken.pause_start, spoken.pause_end):
+            found.append(
+                listeners.observe(
+                    item.bot,
+                    ended,
+                    upto,
+                    events,
+                    item=index,
+                    final=False,
+                    pause_ms=gap_ms,
+                    natural=True,
                 )
             )
         if (index + 1) % 20 == 0 or index + 1 == len(items):
@@ -214,6 +235,23 @@ def rejudge(
         found.append(replace(obs, words=words, words_ms=words_ms))
         if (index + 1) % 100 == 0 or index + 1 == len(observations):
             print(f"  {index + 1}/{len(observations)} rejudged", file=sys.stderr, flush=True)
+    return found
+
+
+def natural_pauses(
+    events: list[VadEvent], pause_start: int, pause_end: int
+) -> list[tuple[int, float]]:
+    """The pauses the speech detector finds inside a line other than its scripted one
+    (`pause_start`..`pause_end`, 8 kHz samples): where each begins (8 kHz) and how long
+    it lasts (ms). A call's engine asks its judge at each; the caller goes on after it."""
+    found = []
+    for stop, start in itertools.pairwise(events):
+        if not isinstance(stop, SpeechStopped) or not isinstance(start, SpeechStarted):
+            continue
+        begin, end = stop.sample // 2, start.sample // 2  # the 16 kHz clock -> 8 kHz
+        if begin < pause_end and end > pause_start:
+            continue  # the scripted pause
+        found.append((begin, (end - begin) * 1000 / RATE))
     return found
 
 
@@ -262,6 +300,9 @@ class Score:
     wait_p90_ms: float
     wait_mean_ms: float
     long_waits: int  # ends waited 1 s or more
+    # Of the pauses and cut-offs, those at the voice's own pauses (`Observation.natural`).
+    natural_pauses: int = 0
+    natural_cut_offs: int = 0
 
     @property
     def cut_off_rate(self) -> float:
@@ -271,11 +312,13 @@ class Score:
 def score(judge: TurnJudge, observations: list[Observation]) -> Score:
     pauses = [o for o in observations if not o.final]
     ends = [o for o in observations if o.final]
-    cut = sum(wait_ms(judge, o) < o.pause_ms for o in pauses)
+    cut = [o for o in pauses if wait_ms(judge, o) < o.pause_ms]
     waits = np.array([wait_ms(judge, o) for o in ends], dtype=float)
     return Score(
         pauses=len(pauses),
-        cut_offs=int(cut),
+        cut_offs=len(cut),
+        natural_pauses=sum(o.natural for o in pauses),
+        natural_cut_offs=sum(o.natural for o in cut),
         ends=len(ends),
         wait_p50_ms=float(np.percentile(waits, 50)) if waits.size else 0.0,
         wait_p90_ms=float(np.percentile(waits, 90)) if waits.size else 0.0,
@@ -545,13 +588,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.judge_url
         else "embedded SmolLM2"
     )
-    heading = f"{'judge / half':34} {'cut-offs':>9} {'end wait p50/p90/mean':>22} {'>=1 s':>6}"
+    heading = (
+        f"{'judge / half':34} {'cut-offs':>9} {'of them natural':>16} "
+        f"{'end wait p50/p90/mean':>22} {'>=1 s':>6}"
+    )
     print(f"\n{heading}")
     for name, row in rows.items():
         cut = f"{row['cut_offs']}/{row['pauses']}"
+        natural = f"{row['natural_cut_offs']}/{row['natural_pauses']}"
         p50, p90, mean = row["wait_p50_ms"], row["wait_p90_ms"], row["wait_mean_ms"]
         waits = f"{p50:.0f}/{p90:.0f}/{mean:.0f} ms"
-        print(f"{name:34} {cut:>9} {waits:>22} {row['long_waits']:>6}")
+        print(f"{name:34} {cut:>9} {natural:>16} {waits:>22} {row['long_waits']:>6}")
     material = describe(items, observations)
     material_held_out = describe(items, held_out)
     print(
