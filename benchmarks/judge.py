@@ -6,18 +6,19 @@
 Material is made fresh for every run (benchmarks/judge_material.py): caller lines from
 chatterbot-corpus, each paused at a random word boundary, in random espeak-ng and Piper
 voices and rates, on clean and babble lines. At each pause and at each line's end, the
-models hear what a call would have heard by then (the pauses: the scripted one, and
-every other one a call's speech detector finds in the line, such as a voice's pause
-between two sentences, after which the caller goes on just the same): Whisper's words (on the audio with a
+models hear what a call would have heard by then: Whisper's words (on the audio with a
 pause inside the speech cut short where a call's front end finds one, as a call does;
 `--pauses whole` hears it whole), Smart Turn's score, and the words judge's score
-(agents/cascade/words_judge.py) with the bot's line before.
+(agents/cascade/words_judge.py) with the bot's line before. The pauses are the scripted
+one and every other one a call's speech detector finds in the line, such as a voice's
+pause between two sentences, after which the caller goes on just the same.
 
 Each judge says how long a silence it waits before answering. Waiting less than a pause
 is a cut-off (the bot would answer the half sentence; cut-offs at the voice's own pauses
-are also counted apart); at a line's end, the wait is the caller's dead air. The items are shuffled into a tuning half and a held-out half;
-anything fitted (the fused judge's weights and its two waits) is fitted on the tuning
-half only, and the held-out half is the one to quote.
+are also counted apart); at a line's end, the wait is the caller's dead air. The items
+are shuffled into a tuning half and a held-out half; anything fitted (the fused judge's
+weights and its two waits) is fitted on the tuning half only, and the held-out half is
+the one to quote.
 
 `--stt-url` hears with a transcription server and `--judge-url` judges with a words
 judge's server, as STT_URL and TURN_JUDGE_URL make a call do: the refit printed is then
