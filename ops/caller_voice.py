@@ -144,9 +144,14 @@ class CallerVoice:
         ssml = f'<speak>{_ssml_text(first)} <break time="{pause_ms}ms"/> {_ssml_text(rest)}</speak>'
         raw, rate = self._espeak(ssml, ssml=True)
         speech = phone_line(_normalise_peak(raw), rate)
-        start, end = _longest_quiet(speech)
-        if end - start < LINE_RATE * pause_ms // 2000:
+        # The break is the quiet where `first`, said alone, would end (said alone it runs
+        # a little longer): not the longest quiet, which may be espeak-ng's own pause
+        # after a full stop (500-570 ms at 120 wpm) before a short break.
+        expected = self.speak(first).size
+        runs = [r for r in _quiet_runs(speech) if r[1] - r[0] >= LINE_RATE * pause_ms // 2000]
+        if not runs:
             raise CallerVoiceError(f"espeak-ng left out the {pause_ms} ms pause in {first!r}")
+        start, end = min(runs, key=lambda run: abs(run[0] - expected))
         return speech, start, end
 
     def _espeak(self, text: str, *, ssml: bool = False) -> tuple[np.ndarray, int]:
@@ -200,17 +205,13 @@ def _ssml_text(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _longest_quiet(audio: np.ndarray, frame: int = 80) -> tuple[int, int]:
-    """The longest run of quiet 10 ms frames (samples): where an SSML break was said."""
+def _quiet_runs(audio: np.ndarray, frame: int = 80) -> list[tuple[int, int]]:
+    """The runs of quiet 10 ms frames (start and end sample): pauses in speech."""
     frames = audio[: audio.size // frame * frame].astype(np.float32).reshape(-1, frame)
     level = np.sqrt((frames**2).mean(axis=1))
-    quiet = level < max(float(level.max()) * 0.02, 30.0)
-    best, best_at, run = 0, 0, 0
-    for i, q in enumerate(quiet):
-        run = run + 1 if q else 0
-        if run > best:
-            best, best_at = run, i - run + 1
-    return best_at * frame, (best_at + best) * frame
+    quiet = np.concatenate([[False], level < max(float(level.max()) * 0.02, 30.0), [False]])
+    edges = np.flatnonzero(np.diff(quiet.astype(np.int8)))
+    return [(int(a) * frame, int(b) * frame) for a, b in zip(edges[::2], edges[1::2], strict=True)]
 
 
 def speak(

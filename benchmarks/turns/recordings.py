@@ -258,6 +258,7 @@ def _without_faint_tail(utterance: Utterance, heard: Heard) -> Utterance:
     loud_end, last_word = utterance.loud_end_ms, heard.last_word_end_ms
     if loud_end is None or last_word is None:
         return utterance
+    # Whisper's word times are good to ~100 ms, as where it ends a sentence.
     if utterance.clip.start_ms + last_word > loud_end + SENTENCE_END_SLACK_MS:
         return utterance  # words heard in the faint part: keep it
     clip = Clip(utterance.clip.recording, utterance.clip.start_ms, loud_end)

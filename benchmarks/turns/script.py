@@ -298,6 +298,12 @@ class Voices:
         return self._said[key]
 
     def speak_paused(self, voice: Voice, first: str, pause_ms: int, rest: str) -> Paused:
+        if voice.engine != "espeak":
+            # Said apart: each part as it is said anywhere else in the run (Piper draws
+            # a voice anew at every synthesis).
+            before, after = self.speak(voice, first), self.speak(voice, rest)
+            gap = np.zeros(RATE * pause_ms // 1000, np.int16)
+            return np.concatenate([before, gap, after]), before.size, before.size + gap.size
         key = (voice, first, pause_ms, rest)
         if key not in self._paused:
             self._paused[key] = self._voice(voice).speak_paused(first, pause_ms, rest)

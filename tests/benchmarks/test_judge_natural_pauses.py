@@ -45,7 +45,7 @@ def test_a_sentence_end_inside_a_paused_line_is_a_pause_the_caller_goes_on_after
 
     found = natural_pauses(speech_events(ended), spoken.pause_start, spoken.pause_end)
 
-    # The full stop after "came" (the scripted pause comes after "know"), in the first
+    # The full stop after "came" (the scripted pause comes after "to"), in the first
     # sentence's audio, as long as espeak-ng pauses between sentences.
     assert [at for at, _ in found if at < spoken.pause_start], found
     at, gap_ms = found[0]

@@ -175,6 +175,10 @@ def test_a_turn_ends_with_the_readers_last_word_not_with_a_breath_after_it() -> 
     assert soft.clip == breath.clip
     [untimed] = by_sentence(breath, Heard("Fail better."))
     assert untimed.clip == breath.clip
+    # The reader's pauses inside the breath are not the turn's.
+    tail = Utterance(Clip("x.wav", 1000, 3000), ((1500, 1600), (2300, 2400)), "", 2000)
+    [kept] = by_sentence(tail, Heard("Fail better.", (), 900))
+    assert kept.clip == Clip("x.wav", 1000, 2000) and kept.inner_pauses == ((1500, 1600),)
     # A word's own faint last sound (a fricative after its vowel) is the word's.
     [word] = find_utterances("x.wav", _reading_with_a_tail(FAINT_TAIL_MS - 100))
     assert word.loud_end_ms is None and word.clip.end_ms == 2000 + FAINT_TAIL_MS - 100
