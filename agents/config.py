@@ -40,6 +40,9 @@ class ModelSettings(Protocol):
     def stt_language(self) -> str: ...
 
     @property
+    def stt_hotwords(self) -> str: ...
+
+    @property
     def stt_url(self) -> str: ...
 
     @property

@@ -79,6 +79,7 @@ async def load_models(
             model=settings.stt_url_model,
             api_key=settings.stt_api_key,
             language=settings.stt_language,
+            prompt=settings.stt_hotwords,
         )
         stack.callback(hosted.close)
         tts = await asyncio.to_thread(
@@ -87,7 +88,11 @@ async def load_models(
     else:
         stt, tts = await asyncio.gather(
             asyncio.to_thread(
-                WhisperTranscriber, stt_dir, threads=threads, language=settings.stt_language
+                WhisperTranscriber,
+                stt_dir,
+                threads=threads,
+                language=settings.stt_language,
+                hotwords=settings.stt_hotwords,
             ),
             asyncio.to_thread(PiperSpeaker, voice, threads=threads, speed=settings.tts_speed),
         )

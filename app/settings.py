@@ -273,6 +273,14 @@ class Settings:
         "to a CTranslate2 model folder.",
     )
     stt_language: str = env_field("STT_LANGUAGE", "en", "Language spoken by callers.")
+    stt_hotwords: str = env_field(
+        "STT_HOTWORDS",
+        "",
+        "Names and words callers are likely to say, as you would write them, comma-separated "
+        "('Luigi's, Via Roma, calzone'): Whisper reads them before each turn (faster-whisper's "
+        "hotwords; a hosted STT_URL gets them as its `prompt`). On `python -m benchmarks "
+        "hotwords`, tiny.en heard 37 % of such names without and 54 % with.",
+    )
     stt_url: str = env_field(
         "STT_URL",
         "",

@@ -53,11 +53,13 @@ them. From a source checkout, with the dev dependencies: benchmarks are not inst
     python -m benchmarks held-words   short words over the bot (backchannels, short
                                       corpus lines) in fresh voices: which stop it,
                                       which it talks over (benchmarks/held_words.py)
+    python -m benchmarks hotwords     names callers say, heard with and without
+                                      STT_HOTWORDS (benchmarks/hotwords.py)
 
 Each prints a table; `--json PATH` also writes the figures, under a "provenance" block
 with the commit, date, machine, options and non-default settings of the run
 (benchmarks/provenance.py). `stt-evidence`, `llama-build`, `judge`, `judge-people` and
-`held-words` take their own arguments (`python -m benchmarks judge --help`).
+`held-words` and `hotwords` take their own arguments (`python -m benchmarks judge --help`).
 `turns --corpus N` replaces the scripts with N calls made fresh from chatterbot-corpus,
 a quarter of them people recorded (moonshine-voice's recordings), in a tuning and a
 held-out half.
@@ -78,6 +80,7 @@ OWN_ARGUMENTS = {
     "judge": ("benchmarks.judge", "turn judges on fresh corpus speech: cut-offs and waits"),
     "judge-people": ("benchmarks.judge_people", "turn judges at recorded people's own pauses"),
     "held-words": ("benchmarks.held_words", "short words over the bot: go on or stop"),
+    "hotwords": ("benchmarks.hotwords", "names callers say, with and without STT_HOTWORDS"),
 }
 
 

@@ -60,7 +60,10 @@ def _load_whisper() -> Transcribe:
         ModelCache(settings.model_cache_dir).path(asset) if asset else Path(settings.stt_model)
     )
     whisper = WhisperTranscriber(
-        model_dir, threads=settings.model_threads, language=settings.stt_language
+        model_dir,
+        threads=settings.model_threads,
+        language=settings.stt_language,
+        hotwords=settings.stt_hotwords,
     )
 
     def transcribe(pcm16: np.ndarray) -> str:

@@ -61,12 +61,16 @@ class HostedTranscriber:
         model: str = "whisper-1",
         api_key: str = "",
         language: str = "en",
+        prompt: str = "",
         timeout_s: float = 3.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        """`prompt`: text the model reads before the audio (the API's `prompt`: names
+        and words callers are likely to say), none when empty."""
         self._url = base_url.rstrip("/") + "/audio/transcriptions"
         self._model = model
         self._language = language
+        self._prompt = prompt.strip()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # A turn waits for its words: a server slower than this is a failed hearing
         # (the caller is asked again), not a call that hangs.
@@ -90,6 +94,8 @@ class HostedTranscriber:
             "temperature": "0",
             "response_format": "verbose_json",
         }
+        if self._prompt:
+            form["prompt"] = self._prompt
         files = {"file": ("turn.wav", wav_bytes(audio), "audio/wav")}
         timeout = httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s
         payload = posted_json(

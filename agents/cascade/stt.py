@@ -12,6 +12,10 @@ text is ever dropped for what it says: `transcribe` returns what Whisper decoded
 Whisper's own evidence, and `assess` weighs that with the VAD's (how much speech the
 utterance held) into HEARD, UNCLEAR (ask again) or NOTHING (ignore).
 
+An operator's names and words (STT_HOTWORDS) go before each turn as the text Whisper
+heard before it, as faster-whisper's `hotwords` does: a name spelled as written there
+is heard more often (`python -m benchmarks hotwords`).
+
 One thing it does take out: a last word that is not in the audio. A caller who pauses
 after a preposition is often transcribed with one more word and a full stop (tiny.en
 more than base), a finished sentence that ends their turn in the middle. When the
@@ -30,7 +34,7 @@ import threading
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -56,6 +60,10 @@ ALIGN_TOKENS_PER_S = 50  # encoder frames (2 mel frames each)
 # at 15 dB SNR (espeak and Piper, 10 sentences, 3 seeds): at most 13.8 dB down.
 UNHEARD_BELOW_SPEECH_DB = 16.0
 UNHEARD_MAX_PROB = 0.85
+# Whisper's decoder holds 448 positions; faster-whisper gives previous text (its
+# `hotwords`) half of its 224-token output length at most, and so do we.
+DECODER_POSITIONS = 448
+MAX_PREVIOUS_TOKENS = 111
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +107,10 @@ class WhisperTranscriber:
         language: str = "en",
         min_window_s: int = MIN_WINDOW_S,
         beam_size: int = 1,
+        hotwords: str = "",
     ) -> None:
+        """`hotwords`: words callers are likely to say (names, products), given to
+        Whisper as the text before the audio, as faster-whisper's own `hotwords` does."""
         from faster_whisper import WhisperModel
         from faster_whisper.tokenizer import Tokenizer
 
@@ -113,7 +124,11 @@ class WhisperTranscriber:
             task="transcribe",
             language=language if multilingual else "en",
         )
-        self._prompt = [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
+        self._prompt = [
+            *_previous_text(self._tokenizer, hotwords),
+            *self._tokenizer.sot_sequence,
+            self._tokenizer.no_timestamps,
+        ]
         self._min_window_s = min_window_s
         self._beam_size = beam_size
         # The feature extractor keeps per-call state; CTranslate2 serialises on its own.
@@ -135,7 +150,9 @@ class WhisperTranscriber:
                 encoded,
                 [self._prompt],
                 beam_size=self._beam_size,
-                max_length=min(224, 48 + content // 8),
+                # CTranslate2 counts the prompt in it: the words Whisper may write come
+                # after the hotwords (its decoder holds 448 positions).
+                max_length=min(DECODER_POSITIONS, len(self._prompt) + min(224, 48 + content // 8)),
                 return_no_speech_prob=True,
                 return_scores=True,
                 suppress_blank=True,
@@ -204,6 +221,14 @@ class WhisperTranscriber:
             )
             return tokens[: bounds[last]]
         return tokens
+
+
+def _previous_text(tokenizer: Any, hotwords: str) -> list[int]:
+    """`<|startofprev|>` and the words, as faster-whisper prompts its `hotwords`."""
+    if not hotwords.strip():
+        return []
+    tokens = tokenizer.encode(" " + hotwords.strip())[:MAX_PREVIOUS_TOKENS]
+    return [tokenizer.sot_prev, *tokens]
 
 
 def _below_speech_db(audio: np.ndarray, begin_s: float, end_s: float) -> float:

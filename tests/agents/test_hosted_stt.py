@@ -3,10 +3,11 @@ own Whisper gives, and a server that cannot transcribe says why.
 
 The server here is a real HTTP server (uvicorn) answering OpenAI's transcription API
 (API reference, "Audio: Create transcription": multipart form data with `file`, `model`,
-`language`, `temperature` and `response_format`; answered with `verbose_json`, "the
-transcription object (Verbose JSON)": `text`, and `segments` each with `tokens`,
-`avg_logprob` and `no_speech_prob`) by running faster-whisper on the bundled tiny.en, as
-faster-whisper servers do. The error paths use httpx's MockTransport in that API's shape.
+`language`, `temperature`, `response_format` and an optional `prompt`; answered with
+`verbose_json`, "the transcription object (Verbose JSON)": `text`, and `segments` each
+with `tokens`, `avg_logprob` and `no_speech_prob`) by running faster-whisper on the
+bundled tiny.en, as faster-whisper servers do. The error paths use httpx's MockTransport
+in that API's shape.
 """
 
 from __future__ import annotations
@@ -130,6 +131,19 @@ def test_a_turn_is_sent_as_a_16_khz_wav_with_the_api_fields_and_key() -> None:
     assert np.abs(sent - audio).max() < 1e-3
     assert transcript.text == "Hello there."
     assert transcript.audio_s == pytest.approx(1.0)
+
+
+def test_the_names_callers_may_say_go_as_the_apis_prompt() -> None:
+    server = Recorded(httpx.Response(200, json=verbose_json(" Via Roma.")))
+    stt = HostedTranscriber(
+        "http://stt.invalid/v1",
+        prompt=" Luigi's, Via Roma, calzone ",
+        transport=httpx.MockTransport(server),
+    )
+    stt.transcribe(np.zeros(RATE, np.float32))
+
+    fields, _ = form_of(server.requests[0])
+    assert fields["prompt"] == "Luigi's, Via Roma, calzone"
 
 
 def test_a_long_turn_is_sent_by_its_last_30_seconds_as_the_embedded_whisper_hears_it() -> None:

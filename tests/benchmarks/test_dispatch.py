@@ -17,7 +17,7 @@ from benchmarks.provenance import app_settings, options, provenance
 # judges on fresh corpus speech, and the cluster on one box.
 NAMES = {"call", "frontend", "recorder", "units", "takeover", "pool", "hearing", "stt"}
 NAMES |= {"turns", "lanes", "soak", "abuse", "llm", "stt-evidence", "llama-build", "judge"}
-NAMES |= {"cluster", "held-words", "judge-people", "llama-beside"}
+NAMES |= {"cluster", "held-words", "judge-people", "llama-beside", "hotwords"}
 
 
 def _commands() -> set[str]:

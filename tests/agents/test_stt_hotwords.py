@@ -1,0 +1,44 @@
+"""STT_HOTWORDS: names an operator expects callers to say, read by Whisper before each turn
+as faster-whisper's `hotwords` gives them (`<|startofprev|>` and the words, before the
+start of the transcript)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agents.assets import STT_ASSETS, ModelCache
+from agents.cascade.stt import WhisperTranscriber
+from app.settings import Settings
+from benchmarks.judge_material import to_16k
+from ops.caller_voice import CallerVoice
+
+
+@pytest.fixture(scope="module")
+def said() -> np.ndarray:
+    speech = CallerVoice("espeak", 160, "en-us").speak("I live on Dunmore Street.")
+    return np.concatenate([np.zeros(4800), to_16k(speech), np.zeros(1600)]).astype(np.float32)
+
+
+def _whisper(hotwords: str = "") -> WhisperTranscriber:
+    model = ModelCache(Settings.from_env().model_cache_dir).path(STT_ASSETS["tiny.en"])
+    return WhisperTranscriber(model, threads=2, hotwords=hotwords)
+
+
+def test_a_street_name_whisper_mishears_is_heard_once_it_is_given(said: np.ndarray) -> None:
+    assert "Dunmore" not in _whisper().transcribe(said).text
+    heard = _whisper("Ragazzi, Okonkwo, Dunmore Street").transcribe(said).text
+    assert "Dunmore Street" in heard
+    assert "Ragazzi" not in heard and "Okonkwo" not in heard
+
+
+def test_hotwords_longer_than_whisper_keeps_for_them_are_cut_not_an_error(
+    said: np.ndarray,
+) -> None:
+    many = ", ".join(f"Street{n}" for n in range(200))
+    assert _whisper(many).transcribe(said).text  # words, not a decoding error
+
+
+def test_the_setting_reaches_the_transcriber(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STT_HOTWORDS", "Luigi's, Via Roma, calzone")
+    assert Settings.from_env().stt_hotwords == "Luigi's, Via Roma, calzone"
