@@ -182,7 +182,16 @@ def observe(
         ended = np.concatenate([spoken.audio, np.zeros(tail, np.int16)])
         vad = speech_events(ended)
         events = vad if shorten_pauses else []
-        for final, upto in ((False, spoken.pause_start), (True, spoken.audio.size)):
+        # (where, the line's end?, the pause that follows, the voice's own pause?)
+        asked = [
+            (spoken.pause_start, False, pause_ms, False),
+            (spoken.audio.size, True, 0.0, False),
+        ]
+        asked += [
+            (upto, False, gap_ms, True)
+            for upto, gap_ms in natural_pauses(vad, spoken.pause_start, spoken.pause_end)
+        ]
+        for upto, final, follows_ms, natural in asked:
             found.append(
                 listeners.observe(
                     item.bot,
@@ -191,20 +200,8 @@ def observe(
                     events,
                     item=index,
                     final=final,
-                    pause_ms=0.0 if final else pause_ms,
-                )
-            )
-        for upto, gap_ms in natural_pauses(vad, spoken.pause_start, spoken.pause_end):
-            found.append(
-                listeners.observe(
-                    item.bot,
-                    ended,
-                    upto,
-                    events,
-                    item=index,
-                    final=False,
-                    pause_ms=gap_ms,
-                    natural=True,
+                    pause_ms=follows_ms,
+                    natural=natural,
                 )
             )
         if (index + 1) % 20 == 0 or index + 1 == len(items):

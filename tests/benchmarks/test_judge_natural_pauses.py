@@ -10,14 +10,15 @@ import numpy as np
 
 from agents.turns.config import TurnTaking
 from agents.turns.judge import VoiceJudge
-from benchmarks.judge import Observation, natural_pauses, score, speech_events
+from benchmarks.judge import natural_pauses, score, speech_events
 from benchmarks.judge_material import Item, speak
-from media.vad import SpeechStarted, SpeechStopped
+from media.vad import SpeechStarted, SpeechStopped, VadEvent
+from tests.benchmarks.judge_observations import observation
 
 
 def test_the_voices_own_pauses_are_found_beside_the_scripted_one() -> None:
     # 16 kHz samples: speech, a 300 ms gap, speech, the scripted pause, speech, the end.
-    events = [
+    events: list[VadEvent] = [
         SpeechStarted(sample=0),
         SpeechStopped(sample=16000),
         SpeechStarted(sample=20800),
@@ -54,17 +55,7 @@ def test_a_sentence_end_inside_a_paused_line_is_a_pause_the_caller_goes_on_after
 
 
 def test_cut_offs_at_the_voices_own_pauses_are_counted_apart() -> None:
-    heard = Observation(
-        item=0,
-        final=False,
-        pause_ms=900.0,
-        text="My order never came",
-        hearing="heard",
-        smart_turn=0.9,
-        words=0.9,
-        speech_s=1.5,
-        words_ms=50.0,
-    )
+    heard = observation(text="My order never came", smart_turn=0.9, words=0.9)
     observations = [
         heard,  # scripted: longer than the voice judge's sure wait
         replace(heard, pause_ms=150.0, natural=True),  # too short to answer into

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import httpx
 import numpy as np
@@ -32,6 +31,7 @@ from agents.turns.judge import FusedJudge, VoiceJudge
 from app.settings import Settings
 from benchmarks.judge import Listeners, Observation, fit, main, rejudge, wait_ms
 from benchmarks.judge_material import corpus_pairs, draw
+from tests.benchmarks.judge_observations import observation
 
 Scorer = Callable[[str], float]  # the caller's words in the prompt -> P(turn is over)
 SEEN_KEYS: list[str | None] = []  # the Authorization headers the servers were sent
@@ -95,7 +95,7 @@ def _saved_run(path: Path, seed: int, count: int) -> list[Observation]:
         for final, text in ((False, " ".join(said[: item.cut])), (True, item.caller)):
             pause_ms = 0.0 if final else item.pause_s * 1000
             observations.append(
-                _observation(item=index, final=final, pause_ms=pause_ms, text=text, speech_s=2.0)
+                observation(item=index, final=final, pause_ms=pause_ms, text=text, speech_s=2.0)
             )
     saved = {
         "seed": seed,
@@ -200,21 +200,4 @@ def test_a_judge_server_that_cannot_judge_ends_the_run_before_any_material_is_ma
 
 
 def _observations_of_one_line() -> list[Observation]:
-    return [_observation(smart_turn=0.3, avg_logprob=-0.3)]
-
-
-def _observation(**changes: Any) -> Observation:
-    """What the models made of a line heard at a pause, as a run saves it."""
-    heard = Observation(
-        item=0,
-        final=False,
-        pause_ms=900.0,
-        text="I would like to book a table for",
-        hearing="heard",
-        smart_turn=0.5,
-        words=0.5,
-        speech_s=1.8,
-        words_ms=50.0,
-        avg_logprob=-0.2,
-    )
-    return replace(heard, **changes)
+    return [observation(smart_turn=0.3, avg_logprob=-0.3)]
