@@ -109,6 +109,7 @@ class Heard:
     # What a call makes of each (agents/cascade/stt.py `assess`): "heard" is answered.
     plain_hearing: str = ""
     prompted_hearing: str = ""
+    listed: tuple[str, ...] = ()  # the trial's list (STT_HOTWORDS), names said or not
 
 
 def _voice(rng: np.random.Generator) -> tuple[str, int, str]:
@@ -149,7 +150,8 @@ def run(trials: int, seed: int) -> list[Heard]:
         chosen = [lines[int(i)] for i in picks]
         vocabulary = [name for _, names in chosen for name in names]
         order = rng.permutation(len(vocabulary))
-        hotwords = ", ".join(dict.fromkeys(vocabulary[int(i)] for i in order))
+        listed = tuple(dict.fromkeys(vocabulary[int(i)] for i in order))
+        hotwords = ", ".join(listed)
         prompted = WhisperTranscriber(model, threads=2, hotwords=hotwords)
         said = [(line, names) for line, names in chosen[:SAID_PER_TRIAL]]
         said += [("", ())] * NOISE_CLIPS_PER_TRIAL
@@ -176,6 +178,7 @@ def run(trials: int, seed: int) -> list[Heard]:
                     prompted=with_words.text,
                     plain_hearing=assess(without, speech_ms=speech_ms).value,
                     prompted_hearing=assess(with_words, speech_ms=speech_ms).value,
+                    listed=listed,
                 )
             )
         print(f"  trial {trial + 1}/{trials}", file=sys.stderr, flush=True)
@@ -190,7 +193,6 @@ def score(heard: list[Heard]) -> dict[str, dict[str, float]]:
     for arm in ("plain", "prompted"):
         texts = [getattr(h, arm) for h in said]
         on_noise = [getattr(h, arm) for h in noise]
-        vocabulary = {_bare(n) for h in said for n in h.names}
         figures[arm] = {
             "names": names,
             "names_heard": sum(names_heard(h.names, t) for h, t in zip(said, texts, strict=True)),
@@ -200,11 +202,23 @@ def score(heard: list[Heard]) -> dict[str, dict[str, float]]:
             "noise_heard": sum(getattr(h, f"{arm}_hearing") == "heard" for h in noise),
             "lines_heard": sum(getattr(h, f"{arm}_hearing") == "heard" for h in said),
             "lines": len(said),
+            # The trial's list written where nobody said it: over babble alone, or in a
+            # line that does not hold that name (what the list makes Whisper invent).
             "noise_with_a_name": sum(
-                bool({_bare(w) for w in _WORD.findall(t)} & vocabulary) for t in on_noise
+                bool(_unsaid_listed(h, t)) for h, t in zip(noise, on_noise, strict=True)
             ),
+            "lines_with_a_name_not_said": sum(
+                bool(_unsaid_listed(h, t)) for h, t in zip(said, texts, strict=True)
+            ),
+            "lines_ending_in_a_comma": sum(t.rstrip().endswith(",") for t in texts),
         }
     return figures
+
+
+def _unsaid_listed(heard: Heard, text: str) -> set[str]:
+    written = {_bare(w) for w in _WORD.findall(text)}
+    said = {_bare(w) for w in _WORD.findall(heard.line)}
+    return {_bare(n) for n in heard.listed} & written - said
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,14 +232,15 @@ def main(argv: list[str] | None = None) -> int:
     heard = run(args.trials, seed)
     figures = score(heard)
     print(
-        "| Whisper tiny.en | named words heard | WER | lines heard | babble alone: with "
-        "words, a name, heard |"
+        "| Whisper tiny.en | named words heard | WER | lines heard | lines ending in ',' "
+        "| lines with a listed name not said | babble alone: with words, a listed name, heard |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for arm, f in figures.items():
         print(
-            f"| {'with the vocabulary' if arm == 'prompted' else 'without'} "
+            f"| {'with the list' if arm == 'prompted' else 'without'} "
             f"| {f['names_heard']}/{f['names']} | {f['wer']:.3f} | {f['lines_heard']}/{f['lines']} "
+            f"| {f['lines_ending_in_a_comma']} | {f['lines_with_a_name_not_said']} "
             f"| {f['noise_with_words']}/{f['noise_clips']}, {f['noise_with_a_name']}, "
             f"{f['noise_heard']} |"
         )

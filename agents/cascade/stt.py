@@ -150,9 +150,7 @@ class WhisperTranscriber:
                 encoded,
                 [self._prompt],
                 beam_size=self._beam_size,
-                # CTranslate2 counts the prompt in it: the words Whisper may write come
-                # after the hotwords (its decoder holds 448 positions).
-                max_length=min(DECODER_POSITIONS, len(self._prompt) + min(224, 48 + content // 8)),
+                max_length=max_length(len(self._prompt), content),
                 return_no_speech_prob=True,
                 return_scores=True,
                 suppress_blank=True,
@@ -223,11 +221,29 @@ class WhisperTranscriber:
         return tokens
 
 
+def max_length(prompt_tokens: int, content_frames: int) -> int:
+    """CTranslate2's `max_length` for Whisper that lets it write as many tokens after any
+    prompt as after the bare one: about one per 80 ms of audio, and 24 more.
+
+    CTranslate2 decodes min(max_length / 2, max_length - (prompt - 1)) tokens (its
+    whisper.cc), so the bare prompt's two tokens leave half of `max_length`; a longer
+    prompt needs `max_length` raised by its length, or it would leave fewer (none: "the
+    maximum decoding length must be > 0"), and no more than that, or it would leave more.
+    """
+    budget = min(224, 48 + content_frames // 8) // 2
+    return min(DECODER_POSITIONS, max(2 * budget, prompt_tokens - 1 + budget))
+
+
 def _previous_text(tokenizer: Any, hotwords: str) -> list[int]:
-    """`<|startofprev|>` and the words, as faster-whisper prompts its `hotwords`."""
-    if not hotwords.strip():
+    """`<|startofprev|>` and the words, as faster-whisper prompts its `hotwords`: a list
+    that does not end a sentence is ended with a full stop, or Whisper, which writes as
+    the text before it was written, ends a third of the turns it hears with a comma."""
+    words = hotwords.strip()
+    if not words:
         return []
-    tokens = tokenizer.encode(" " + hotwords.strip())[:MAX_PREVIOUS_TOKENS]
+    if not words.endswith((".", "?", "!")):
+        words = words.rstrip(",;:") + "."
+    tokens = tokenizer.encode(" " + words)[:MAX_PREVIOUS_TOKENS]
     return [tokenizer.sot_prev, *tokens]
 
 

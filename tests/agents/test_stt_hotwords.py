@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from agents.assets import STT_ASSETS, ModelCache
-from agents.cascade.stt import WhisperTranscriber
+from agents.cascade.stt import MAX_PREVIOUS_TOKENS, WhisperTranscriber, max_length
 from app.settings import Settings
 from benchmarks.judge_material import to_16k
 from ops.caller_voice import CallerVoice
@@ -42,3 +42,15 @@ def test_hotwords_longer_than_whisper_keeps_for_them_are_cut_not_an_error(
 def test_the_setting_reaches_the_transcriber(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STT_HOTWORDS", "Luigi's, Via Roma, calzone")
     assert Settings.from_env().stt_hotwords == "Luigi's, Via Roma, calzone"
+
+
+def test_whisper_may_write_as_many_words_after_a_list_as_without_one() -> None:
+    # CTranslate2 decodes min(max_length / 2, max_length - (prompt - 1)) tokens.
+    def written(prompt: int, frames: int) -> int:
+        limit = max_length(prompt, frames)
+        return min(limit // 2, limit - (prompt - 1))
+
+    for frames in (100, 200, 800, 1500, 3000):
+        bare = written(2, frames)
+        assert bare == min(224, 48 + frames // 8) // 2
+        assert written(2 + MAX_PREVIOUS_TOKENS + 1, frames) == bare

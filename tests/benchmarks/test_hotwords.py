@@ -30,21 +30,21 @@ def test_names_are_heard_whatever_their_case_or_possessive() -> None:
     assert names_heard(("Moravec",), "It is a book about robots by Hans more of Mac.") == 0
 
 
-def test_a_vocabulary_word_written_over_babble_alone_is_counted() -> None:
+def test_listed_names_written_where_nobody_said_them_are_counted() -> None:
+    listed = ("Dune", "Hobbit", "Moravec")
     said = Heard(
-        0,
-        "Dune is good.",
-        ("dune",),
-        "espeak en-us 150 wpm",
-        "clean",
-        "Doom is good.",
-        "Dune is good.",
-    )
-    noise = Heard(0, "", (), "", "babble", "", "Dune.", "nothing", "heard")
+        0, "Dune is good.", ("Dune",), "espeak en-us 150 wpm", "clean",
+        "Doom is good,", "Dune is good, Hobbit.", "heard", "heard", listed,
+    )  # fmt: skip
+    noise = Heard(0, "", (), "", "babble", "", "Moravec.", "nothing", "heard", listed)
 
     figures = score([said, noise])
 
-    assert figures["plain"]["names_heard"] == 0 and figures["prompted"]["names_heard"] == 1
-    assert figures["plain"]["noise_with_words"] == 0
-    assert figures["prompted"]["noise_with_a_name"] == 1
-    assert (figures["plain"]["noise_heard"], figures["prompted"]["noise_heard"]) == (0, 1)
+    plain, prompted = figures["plain"], figures["prompted"]
+    assert (plain["names_heard"], prompted["names_heard"]) == (0, 1)
+    # "Hobbit" was not said in that line, "Moravec" not over the babble.
+    assert (plain["lines_with_a_name_not_said"], prompted["lines_with_a_name_not_said"]) == (0, 1)
+    assert (plain["noise_with_a_name"], prompted["noise_with_a_name"]) == (0, 1)
+    assert (plain["noise_with_words"], prompted["noise_with_words"]) == (0, 1)
+    assert (plain["noise_heard"], prompted["noise_heard"]) == (0, 1)
+    assert (plain["lines_ending_in_a_comma"], prompted["lines_ending_in_a_comma"]) == (1, 0)
