@@ -278,8 +278,8 @@ class Settings:
         "",
         "Names and words callers are likely to say, as you would write them, comma-separated "
         "('Luigi's, Via Roma, calzone'): Whisper reads them before each turn (faster-whisper's "
-        "hotwords; a hosted STT_URL gets them as its `prompt`). On `python -m benchmarks "
-        "hotwords`, tiny.en heard 37 % of such names without and 54 % with.",
+        "hotwords; a hosted STT_URL gets them as its `prompt`). tiny.en heard about half such "
+        "names with them and a third without; see docs/operations.md for what they cost.",
     )
     stt_url: str = env_field(
         "STT_URL",
