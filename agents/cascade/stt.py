@@ -286,12 +286,15 @@ def collapse_loop(text: str) -> str:
 
     Greedy Whisper sometimes never stops: tiny.en heard a 0.4 s "Goodbye." as "Goodbye"
     32 times, and Piper's "Bye." as "Bye" 31 times, until the length limit cut it (often
-    mid-copy); a six-digit number read out in two groups came back with its digits eight
-    times. The words are right; the repetition is the decoder's.
+    mid-copy, a word's tokens too); a six-digit number read out in two groups came back
+    with its digits eight times. The words are right; the repetition is the decoder's.
     """
     words = text.split()
-    keys = [word.strip(".,!?;:").lower() for word in words]
+    cut = [word.strip(".,!?;:").lower() for word in words]
     for unit in range(1, _LOOP_UNIT_WORDS + 1):
+        keys = cut
+        if len(cut) > unit and cut[-1] and cut[-1 - unit].startswith(cut[-1]):
+            keys = [*cut[:-1], cut[-1 - unit]]  # the last word cut short: "Goodbye Goodb"
         # The longest tail of `keys` that repeats with this period (a cut copy included).
         start = len(keys) - unit
         while start > 0 and keys[start - 1] == keys[start - 1 + unit]:
