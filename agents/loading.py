@@ -72,30 +72,12 @@ async def load_models(
         gguf = await asyncio.to_thread(cache.path, "smollm2-135m-instruct")
         words_judge = await asyncio.to_thread(LlamaWordsJudge, gguf, threads=threads)
         stack.callback(words_judge.close)
-    stt: SpeechToText
-    if settings.stt_url:
-        stt = hosted = HostedTranscriber(
-            settings.stt_url,
-            model=settings.stt_url_model,
-            api_key=settings.stt_api_key,
-            language=settings.stt_language,
-            prompt=settings.stt_hotwords,
-        )
-        stack.callback(hosted.close)
-        tts = await asyncio.to_thread(
-            PiperSpeaker, voice, threads=threads, speed=settings.tts_speed
-        )
-    else:
-        stt, tts = await asyncio.gather(
-            asyncio.to_thread(
-                WhisperTranscriber,
-                stt_dir,
-                threads=threads,
-                language=settings.stt_language,
-                hotwords=settings.stt_hotwords,
-            ),
-            asyncio.to_thread(PiperSpeaker, voice, threads=threads, speed=settings.tts_speed),
-        )
+    stt, tts = await asyncio.gather(
+        asyncio.to_thread(speech_to_text, settings, stt_dir, threads),
+        asyncio.to_thread(PiperSpeaker, voice, threads=threads, speed=settings.tts_speed),
+    )
+    if isinstance(stt, HostedTranscriber):
+        stack.callback(stt.close)
     # EndOfTurn is a Protocol: media's model (below agents) satisfies it by its shape.
     end_of_turn: EndOfTurn | None = None
     if turn_model is not None:
@@ -118,6 +100,22 @@ async def load_models(
             models.canned[line] = await asyncio.to_thread(tts.synthesize, line)
     await _warm_up(models, settings)
     return models
+
+
+def speech_to_text(settings: ModelSettings, stt_dir: Path, threads: int) -> SpeechToText:
+    """The callers' STT as configured: a hosted STT_URL, else the embedded Whisper in
+    `stt_dir`; either reads STT_HOTWORDS. Blocking (loads a model): off the event loop."""
+    if settings.stt_url:
+        return HostedTranscriber(
+            settings.stt_url,
+            model=settings.stt_url_model,
+            api_key=settings.stt_api_key,
+            language=settings.stt_language,
+            prompt=settings.stt_hotwords,
+        )
+    return WhisperTranscriber(
+        stt_dir, threads=threads, language=settings.stt_language, hotwords=settings.stt_hotwords
+    )
 
 
 def smart_turn_needed(turn_judge: str, fused: FusedWeights | None = None) -> bool:

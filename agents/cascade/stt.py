@@ -237,13 +237,38 @@ def max_length(prompt_tokens: int, content_frames: int) -> int:
 def _previous_text(tokenizer: Any, hotwords: str) -> list[int]:
     """`<|startofprev|>` and the words, as faster-whisper prompts its `hotwords`: a list
     that does not end a sentence is ended with a full stop, or Whisper, which writes as
-    the text before it was written, ends a third of the turns it hears with a comma."""
+    the text before it was written, ends a third of the turns it hears with a comma.
+
+    A list longer than Whisper keeps for it is cut after the last whole name that fits
+    (faster-whisper cuts its tokens, which can leave half a name for Whisper to write),
+    and the names left out are logged: an operator should know which are not heard."""
     words = hotwords.strip()
     if not words:
         return []
     if not words.endswith((".", "?", "!")):
         words = words.rstrip(",;:") + "."
-    tokens = tokenizer.encode(" " + words)[:MAX_PREVIOUS_TOKENS]
+
+    def encoded(text: str) -> list[int]:
+        return list(tokenizer.encode(" " + text))
+
+    tokens = encoded(words)
+    if len(tokens) > MAX_PREVIOUS_TOKENS:
+        names = [name.strip() for name in words[:-1].split(",") if name.strip()]
+        kept = 0
+        while kept < len(names) and len(encoded(", ".join(names[: kept + 1]) + ".")) <= (
+            MAX_PREVIOUS_TOKENS
+        ):
+            kept += 1
+        # One "name" longer than the whole room (prose, not a list): its first tokens.
+        tokens = encoded(", ".join(names[:kept]) + ".") if kept else tokens[:MAX_PREVIOUS_TOKENS]
+        log.warning(
+            "STT_HOTWORDS is longer than Whisper reads (%d tokens): %d of %d names kept, "
+            "left out: %s",
+            MAX_PREVIOUS_TOKENS,
+            kept,
+            len(names),
+            ", ".join(names[kept:]),
+        )
     return [tokenizer.sot_prev, *tokens]
 
 

@@ -255,6 +255,9 @@ def whisper_server() -> Iterator[tuple[str, list[dict[str, str]]]]:
             beam_size=1,
             temperature=float(fields["temperature"]),
             condition_on_previous_text=False,
+            # As faster-whisper servers pass the API's `prompt` (speaches' transcription
+            # route: `initial_prompt=prompt`).
+            initial_prompt=fields.get("prompt") or None,
         )
         found = list(segments)
         return JSONResponse(
@@ -355,3 +358,33 @@ def test_a_whisper_server_that_wants_another_key_is_an_error_not_words(
 def test_wav_bytes_clip_rather_than_wrap() -> None:
     sent, *_ = _read_wav(wav_bytes(np.array([2.0, -2.0, 0.5], np.float32)))
     assert sent.tolist() == pytest.approx([32767 / 32768, -32767 / 32768, 0.5], abs=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_configured_names_reach_a_whisper_server_and_are_heard(
+    whisper_server: tuple[str, list[dict[str, str]]],
+) -> None:
+    from agents.loading import speech_to_text
+    from benchmarks.judge_material import to_16k
+    from ops.caller_voice import CallerVoice
+
+    url, forms = whisper_server
+    said = to_16k(CallerVoice("espeak", 160, "en-us").speak("I live on Dunmore Street."))
+    audio = np.concatenate([np.zeros(4800), said, np.zeros(1600)]).astype(np.float32)
+    settings = Settings.from_env(
+        {
+            "STT_URL": url,
+            "STT_URL_MODEL": "tiny.en",
+            "STT_API_KEY": "stt-key",
+            "STT_HOTWORDS": "Ragazzi, Okonkwo, Dunmore Street",
+        }
+    )
+    stt = speech_to_text(settings, Path("unused"), threads=2)
+    assert isinstance(stt, HostedTranscriber)
+    try:
+        heard = stt.transcribe(audio)
+    finally:
+        stt.close()
+    assert forms[-1]["prompt"] == "Ragazzi, Okonkwo, Dunmore Street"
+    assert "Dunmore Street" in heard.text, heard

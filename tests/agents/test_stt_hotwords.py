@@ -4,11 +4,19 @@ start of the transcript)."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
 from agents.assets import STT_ASSETS, ModelCache
-from agents.cascade.stt import MAX_PREVIOUS_TOKENS, WhisperTranscriber, max_length
+from agents.cascade.stt import (
+    MAX_PREVIOUS_TOKENS,
+    WhisperTranscriber,
+    _previous_text,
+    max_length,
+)
+from agents.loading import speech_to_text
 from app.settings import Settings
 from benchmarks.judge_material import to_16k
 from ops.caller_voice import CallerVoice
@@ -39,9 +47,41 @@ def test_hotwords_longer_than_whisper_keeps_for_them_are_cut_not_an_error(
     assert _whisper(many).transcribe(said).text  # words, not a decoding error
 
 
-def test_the_setting_reaches_the_transcriber(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("STT_HOTWORDS", "Luigi's, Via Roma, calzone")
-    assert Settings.from_env().stt_hotwords == "Luigi's, Via Roma, calzone"
+def test_the_setting_reaches_the_embedded_whisper_a_call_loads(said: np.ndarray) -> None:
+    settings = Settings.from_env({"STT_HOTWORDS": "Luigi's, Via Roma, Dunmore Street"})
+    model = ModelCache(settings.model_cache_dir).path(STT_ASSETS["tiny.en"])
+    stt = speech_to_text(settings, model, threads=2)
+    assert isinstance(stt, WhisperTranscriber)
+    assert "Dunmore Street" in stt.transcribe(said).text
+
+
+def test_a_list_longer_than_whisper_reads_keeps_whole_names_and_logs_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    names = [f"Trattoria Number{n}" for n in range(60)]
+    whisper = _whisper()
+    tokenizer = whisper._tokenizer
+    with caplog.at_level(logging.WARNING, logger="agents.cascade.stt"):
+        prompt = _previous_text(tokenizer, ", ".join(names))
+    assert prompt[0] == tokenizer.sot_prev and len(prompt) - 1 <= MAX_PREVIOUS_TOKENS
+    kept = tokenizer.decode(prompt[1:]).strip()
+    assert kept.endswith(".")
+    listed = kept[:-1].split(", ")
+    assert 0 < len(listed) < len(names)
+    assert listed == names[: len(listed)]  # whole names, in the operator's order
+    (warning,) = caplog.records
+    assert names[len(listed)] in warning.getMessage() and names[-1] in warning.getMessage()
+    assert names[len(listed) - 1] not in warning.getMessage().split("left out:")[1]
+
+
+def test_a_list_that_fits_is_read_whole_and_ended_as_a_sentence(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tokenizer = _whisper()._tokenizer
+    with caplog.at_level(logging.WARNING, logger="agents.cascade.stt"):
+        prompt = _previous_text(tokenizer, " Luigi's, Via Roma, calzone, ")
+    assert tokenizer.decode(prompt[1:]) == " Luigi's, Via Roma, calzone."
+    assert not caplog.records
 
 
 def test_whisper_may_write_as_many_words_after_a_list_as_without_one() -> None:
