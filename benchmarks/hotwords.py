@@ -48,7 +48,7 @@ from media.codec import mulaw_decode, mulaw_encode
 from ops.caller_voice import CallerVoice
 from ops.line import active_rms, babble
 
-__all__ = ["Heard", "main", "named_lines", "names_heard"]
+__all__ = ["Heard", "main", "named_lines", "names_heard", "operator_list"]
 
 RATE = 8000
 SAID_PER_TRIAL = 10
@@ -87,6 +87,23 @@ def named_lines(lines: list[str]) -> list[tuple[str, tuple[str, ...]]]:
         if names:
             found.append((line, tuple(dict.fromkeys(names))))
     return found
+
+
+def operator_list(said: list[str], seed: int, size: int = 30) -> str:
+    """An operator's STT_HOTWORDS for calls whose callers say `said`: the names in those
+    of them that are corpus lines, then names of other corpus lines up to `size` (an
+    operator lists more than any caller uses), in an order drawn by `seed`."""
+    named = named_lines([caller for _, caller in corpus_pairs()])
+    spoken = {" ".join(line.split()) for line in said}
+    names = [name for line, found in named if " ".join(line.split()) in spoken for name in found]
+    others = [name for _, found in named for name in found if name not in names]
+    rng = np.random.default_rng([seed, 3])
+    for i in rng.permutation(len(others)):
+        if len(dict.fromkeys(names)) >= size:
+            break
+        names.append(others[int(i)])
+    listed = list(dict.fromkeys(names))
+    return ", ".join(listed[int(i)] for i in rng.permutation(len(listed)))
 
 
 def names_heard(names: tuple[str, ...], text: str) -> int:

@@ -188,6 +188,8 @@ def _serve_and_run(
             data_dir=str(data_dir),
             max_calls=max(settings.max_calls, args.calls),
         )
+        if args.hotwords:
+            local = local.replace(stt_hotwords=args.hotwords)
         if said is not None:
             if local.duplex_workers:
                 raise SystemExit(
@@ -212,6 +214,7 @@ def _serve_and_run(
     described: dict[str, object] = {
         "stt_model": SAID_MODEL if args.hear_said else settings.stt_model,
         "turn_judge_weights": settings.turn_judge_weights or "shipped",
+        "stt_hotwords": local.stt_hotwords,
         "max_calls": local.max_calls,
     }
     return outcomes, described
@@ -245,6 +248,11 @@ def bench_turns(args: argparse.Namespace) -> dict[str, object]:
             "python -m benchmarks turns: --hear-said needs the server started here and one "
             "call at a time (the words are placed on the call by time)"
         )
+    if args.operator_names and (args.url or not args.corpus):
+        raise SystemExit(
+            "python -m benchmarks turns: --operator-names sets STT_HOTWORDS on the server "
+            "started here, from the --corpus calls' lines"
+        )
     line_names = _lines(args.lines)
     half_of: dict[str, str] = {}
     voices = Voices()
@@ -267,6 +275,15 @@ def bench_turns(args: argparse.Namespace) -> dict[str, object]:
         if args.seed is None:
             args.seed = 1
     prepared = [prepare(script, args.seed, voices) for script in scripts]
+    args.hotwords = ""
+    if args.operator_names:
+        from benchmarks.hotwords import operator_list
+
+        said = [
+            " ".join(p for p in say.parts if isinstance(p, str)) for s in scripts for say in s.turns
+        ]
+        args.hotwords = operator_list(said, args.seed)
+        print(f"STT_HOTWORDS: {args.hotwords}", flush=True)
     plan: Plan = []
     for name in line_names:
         line = replace(LINES[name], seed=args.seed)
@@ -395,6 +412,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         help="with --corpus: every call speaks over each reply to its first three lines "
         "(a backchannel or an interruption), not over one reply of most calls: three "
         "times as many to measure what they cost",
+    )
+    turns.add_argument(
+        "--operator-names",
+        action="store_true",
+        help="with --corpus: the server started here lists STT_HOTWORDS as an operator "
+        "would: the names in the calls' corpus lines and others, 30 in all",
     )
     turns.add_argument("--url", default="", help="dial a running server instead of starting one")
     turns.add_argument("--auth-token", default=os.environ.get("TWILIO_AUTH_TOKEN"))

@@ -3,7 +3,8 @@ something."""
 
 from __future__ import annotations
 
-from benchmarks.hotwords import Heard, named_lines, names_heard, score
+from benchmarks.hotwords import Heard, named_lines, names_heard, operator_list, score
+from benchmarks.judge_material import corpus_pairs
 
 
 def test_a_name_is_a_capitalised_word_the_corpus_never_writes_in_lower_case() -> None:
@@ -48,3 +49,17 @@ def test_listed_names_written_where_nobody_said_them_are_counted() -> None:
     assert (plain["noise_with_words"], prompted["noise_with_words"]) == (0, 1)
     assert (plain["noise_heard"], prompted["noise_heard"]) == (0, 1)
     assert (plain["lines_ending_in_a_comma"], prompted["lines_ending_in_a_comma"]) == (1, 0)
+
+
+def test_an_operators_list_for_bench_turns_names_what_its_callers_say_and_more() -> None:
+    named = named_lines([caller for _, caller in corpus_pairs()])
+    said = [line for line, _ in named[:3]] + ["A line with no name in it."]
+
+    listed = operator_list(said, seed=7).split(", ")
+
+    assert len(listed) == len(set(listed)) == 30
+    for _, names in named[:3]:
+        assert set(names) <= set(listed)
+    # Drawn by the seed: the same run lists the same words, another run others.
+    assert operator_list(said, seed=7).split(", ") == listed
+    assert operator_list(said, seed=8).split(", ") != listed

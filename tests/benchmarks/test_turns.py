@@ -509,6 +509,11 @@ def test_bench_turns_is_registered_and_refuses_an_unknown_script() -> None:
 
     with pytest.raises(SystemExit, match="no script matches"):
         main(["turns", "--only", "no-such-script", "--lines", "clean"])
+    # An operator's names are drawn from the corpus calls, for the server started here.
+    with pytest.raises(SystemExit, match="--operator-names"):
+        main(["turns", "--operator-names", "--lines", "clean"])
+    with pytest.raises(SystemExit, match="--operator-names"):
+        main(["turns", "--corpus", "2", "--operator-names", "--url", "http://127.0.0.1:9"])
 
 
 # --- a turn the caller left unsaid --------------------------------------------------------
