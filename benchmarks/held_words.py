@@ -22,9 +22,7 @@ half by voice and rate; quote the held-out half.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,7 +41,7 @@ from benchmarks.judge_material import (
     pool_of,
     to_16k,
 )
-from benchmarks.provenance import provenance
+from benchmarks.provenance import fresh_seed, write_result
 from benchmarks.turns.corpus import BACKCHANNELS
 
 __all__ = ["Heard", "main"]
@@ -201,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="repeat a run (default: new)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
-    seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
+    seed = fresh_seed(args.seed)
     print(f"seed {seed}: {args.items} items", file=sys.stderr)
     items = observe(args.items, seed)
     figures = score(items, TurnTaking())
@@ -214,14 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {f['words_talked_over']}/{f['words']} |"
             )
     if args.json is not None:
-        run = provenance("held-words", argv or sys.argv[1:], {"seed": seed})
-        document = {
-            "provenance": run,
-            "seed": seed,
-            "figures": figures,
-            "items": [asdict(item) for item in items],
-        }
-        args.json.write_text(json.dumps(document, indent=1))
+        result = {"seed": seed, "figures": figures, "items": [asdict(i) for i in items]}
+        write_result(args.json, "held-words", argv, {"seed": seed}, result)
     return 0
 
 

@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import re
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -43,7 +41,7 @@ from benchmarks.judge_material import (
     on_line,
     to_16k,
 )
-from benchmarks.provenance import provenance
+from benchmarks.provenance import fresh_seed, write_result
 from media.codec import mulaw_decode, mulaw_encode
 from ops.caller_voice import CallerVoice
 from ops.line import active_rms, babble
@@ -244,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="repeat a run (default: new)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
-    seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
+    seed = fresh_seed(args.seed)
     print(f"seed {seed}: {args.trials} trials", file=sys.stderr)
     heard = run(args.trials, seed)
     figures = score(heard)
@@ -262,13 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{f['noise_heard']} |"
         )
     if args.json is not None:
-        document = {
-            "provenance": provenance("hotwords", argv or sys.argv[1:], {"seed": seed}),
-            "seed": seed,
-            "figures": figures,
-            "heard": [asdict(h) for h in heard],
-        }
-        args.json.write_text(json.dumps(document, indent=1))
+        result = {"seed": seed, "figures": figures, "heard": [asdict(h) for h in heard]}
+        write_result(args.json, "hotwords", argv, {"seed": seed}, result)
     return 0
 
 

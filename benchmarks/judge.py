@@ -50,7 +50,7 @@ from agents.turns.config import FusedWeights, TurnTaking
 from agents.turns.judge import FusedJudge, TurnJudge, TurnSoFar, VoiceJudge
 from agents.turns.protocol import Evaluation, Hearing
 from benchmarks.judge_material import Item, corpus_pairs, draw, pool_of, speak, to_16k
-from benchmarks.provenance import provenance
+from benchmarks.provenance import fresh_seed, write_result
 from media.codec import mulaw_encode
 from media.frontend import FrontEnd
 from media.turn import EndOfTurnModel
@@ -546,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
             with closing(hosted_judge(args.judge_url, args.judge_model)) as server:
                 observations = rejudge(items, observations, server)
     else:
-        seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
+        seed = fresh_seed(args.seed)
         rng = np.random.default_rng(seed)
         items = draw(rng, args.items, corpus_pairs())
         hosted = hosted_judge(args.judge_url, args.judge_model) if args.judge_url else None
@@ -610,7 +610,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.json:
         result = {
-            "provenance": provenance("judge", argv or sys.argv[1:], vars(args) | {"seed": seed}),
             "seed": seed,
             "rows": rows,
             "weights": asdict(weights),
@@ -626,5 +625,5 @@ def main(argv: list[str] | None = None) -> int:
             "items": [asdict(i) for i in items],
             "observations": [asdict(o) for o in observations],
         }
-        args.json.write_text(json.dumps(result, indent=1, default=str))
+        write_result(args.json, "judge", argv, vars(args) | {"seed": seed}, result)
     return 0

@@ -21,9 +21,7 @@ fitted on synthetic voices carry over to people, and what Smart Turn tells about
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -41,7 +39,7 @@ from benchmarks.judge import (
     speech_events,
 )
 from benchmarks.judge_material import on_line
-from benchmarks.provenance import provenance
+from benchmarks.provenance import fresh_seed, write_result
 from benchmarks.turns.recordings import PAUSE_MARGIN_MS, Clip, Recordings, Utterance
 
 __all__ = ["Moment", "main", "moments"]
@@ -138,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [line.strip() for line in args.lines.split(",") if line.strip()]
     if not lines or any(line not in ("clean", "babble") for line in lines):
         parser.error("--lines: clean and/or babble")
-    seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
+    seed = fresh_seed(args.seed)
     config = TurnTaking()
     recordings = Recordings()
     found = moments(recordings.utterances, config.min_silence_ms)
@@ -182,9 +180,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nmaterial: {material}")
     if args.json:
         result = {
-            "provenance": provenance(
-                "judge-people", argv or sys.argv[1:], vars(args) | {"seed": seed}
-            ),
             "seed": seed,
             "rows": rows,
             "material": material,
@@ -193,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                 line: [asdict(o) for o in obs] for line, obs in by_line.items() if line in lines
             },
         }
-        args.json.write_text(json.dumps(result, indent=1, default=str))
+        write_result(args.json, "judge-people", argv, vars(args) | {"seed": seed}, result)
     return 0
 
 

@@ -17,15 +17,28 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
 import subprocess
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from agents.config import shown_url
 
-__all__ = ["app_settings", "commit", "cpu_model", "dirty", "machine", "options", "provenance"]
+__all__ = [
+    "app_settings",
+    "commit",
+    "cpu_model",
+    "dirty",
+    "fresh_seed",
+    "machine",
+    "options",
+    "provenance",
+    "write_result",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 # Arguments that are no setting of the run: the dispatcher's own, and secrets.
@@ -146,3 +159,22 @@ def provenance(
         "options": _shown_options(run_options or {}),
         "settings": app_settings(),
     }
+
+
+def fresh_seed(given: int | None) -> int:
+    """The seed given to repeat a run, else a new one: material drawn fresh, which
+    nothing can have been fitted on."""
+    return given if given is not None else int(time.time()) % 1_000_000
+
+
+def write_result(
+    path: Path,
+    benchmark: str,
+    argv: Sequence[str] | None,
+    run_options: Mapping[str, object],
+    result: Mapping[str, object],
+) -> None:
+    """A run's JSON: its provenance (`argv` None or empty: this process's arguments),
+    then `result`."""
+    made = provenance(benchmark, argv or sys.argv[1:], run_options)
+    path.write_text(json.dumps({"provenance": made, **result}, indent=1, default=str))

@@ -9,7 +9,6 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Final
 
 from benchmarks.measure import BENCH_TOKEN, machine
+from benchmarks.provenance import fresh_seed
 from benchmarks.turns.corpus import RECORDED_SHARE, corpus_scripts, halves
 from benchmarks.turns.report import print_table, table_rows
 from benchmarks.turns.said_stt import SAID_MODEL, WordsSaid, said_stt_app
@@ -258,8 +258,7 @@ def bench_turns(args: argparse.Namespace) -> dict[str, object]:
     voices = Voices()
     if args.corpus:
         # Fresh material every run unless a seed is given: nothing can be fitted to it.
-        if args.seed is None:
-            args.seed = int(time.time()) % 1_000_000
+        args.seed = fresh_seed(args.seed)
         recordings = None if args.synthetic_only else voices.recordings
         scripts = corpus_scripts(
             args.seed,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.__main__ import OWN_ARGUMENTS, parser
-from benchmarks.provenance import app_settings, options, provenance
+from benchmarks.provenance import app_settings, fresh_seed, options, provenance, write_result
 
 # What `offhook bench --help` offered, the scripts with their own arguments, the turn
 # judges on fresh corpus speech, and the cluster on one box.
@@ -51,6 +51,21 @@ def test_provenance_names_the_commit_machine_options_and_settings() -> None:
     assert made["options"] == {"calls": 2, "voice": "piper", "record_dir": "/tmp/x"}
     assert isinstance(made["settings"], dict)
     json.dumps(made)
+
+
+def test_a_result_file_is_its_provenance_then_its_figures(tmp_path: Path) -> None:
+    path = tmp_path / "run.json"
+    write_result(path, "hotwords", ["--seed", "5"], {"seed": 5}, {"seed": 5, "at": Path("/x")})
+
+    saved = json.loads(path.read_text())
+    assert list(saved) == ["provenance", "seed", "at"]
+    assert saved["provenance"]["command"] == "python -m benchmarks hotwords --seed 5"
+    assert saved["at"] == "/x"
+
+
+def test_a_seed_given_repeats_a_run_and_none_draws_a_new_one() -> None:
+    assert fresh_seed(0) == 0 and fresh_seed(123) == 123
+    assert 0 <= fresh_seed(None) < 1_000_000
 
 
 def test_provenance_keeps_tokens_out() -> None:
