@@ -75,9 +75,14 @@ async def load_models(
     stt, tts = await asyncio.gather(
         asyncio.to_thread(speech_to_text, settings, stt_dir, threads),
         asyncio.to_thread(PiperSpeaker, voice, threads=threads, speed=settings.tts_speed),
+        return_exceptions=True,
     )
     if isinstance(stt, HostedTranscriber):
-        stack.callback(stt.close)
+        stack.callback(stt.close)  # closed on a failed start too
+    if isinstance(stt, BaseException):
+        raise stt
+    if isinstance(tts, BaseException):
+        raise tts
     # EndOfTurn is a Protocol: media's model (below agents) satisfies it by its shape.
     end_of_turn: EndOfTurn | None = None
     if turn_model is not None:
