@@ -54,6 +54,7 @@ UNSAID_PER_TRIAL = 10
 NOISE_CLIPS_PER_TRIAL = 2
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9'’-]*")
 _ENDS = (".", "?", "!")
+_AROUND = ",.?!:;\"()'’‘"  # punctuation and quotes around a written word
 
 
 def _bare(word: str) -> str:
@@ -69,13 +70,13 @@ def named_lines(lines: list[str]) -> list[tuple[str, tuple[str, ...]]]:
         _bare(bare)
         for line in lines
         for before, word in itertools.pairwise(line.split())
-        if (bare := word.strip(',.?!:;"()'))[:1].isupper() and not before.endswith(_ENDS)
+        if (bare := word.strip(_AROUND))[:1].isupper() and not before.endswith(_ENDS)
     }
     found = []
     for line in sorted(set(lines)):
         names = []
         for word in line.split():
-            bare = word.strip(',.?!:;"()')
+            bare = word.strip(_AROUND)
             if not bare[:1].isupper() or _bare(bare) not in inside:
                 continue
             if _bare(bare) in lower or bare.lower() in lower or _bare(bare) in {"i", "i'm"}:

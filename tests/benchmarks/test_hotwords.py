@@ -14,6 +14,8 @@ def test_a_name_is_a_capitalised_word_the_corpus_never_writes_in_lower_case() ->
         "The project is done.",
         "Although it rained, Moravec's came.",
         "Although I agree.",
+        "From the dawn of man to the age of AI.'",
+        "AI is here.",
     ]
 
     found = dict(named_lines(lines))
@@ -23,6 +25,8 @@ def test_a_name_is_a_capitalised_word_the_corpus_never_writes_in_lower_case() ->
         "I have read everything in Project Gutenberg.": ("Gutenberg",),
         "Gutenberg printed books.": ("Gutenberg",),
         "Although it rained, Moravec's came.": ("Moravec",),
+        "From the dawn of man to the age of AI.'": ("AI",),  # not "AI.'"
+        "AI is here.": ("AI",),
     }
 
 
