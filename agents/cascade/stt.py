@@ -64,6 +64,10 @@ UNHEARD_MAX_PROB = 0.85
 # `hotwords`) half of its 224-token output length at most, and so do we.
 DECODER_POSITIONS = 448
 MAX_PREVIOUS_TOKENS = 111
+# How an operator separates STT_HOTWORDS' names: commas, as documented, or semicolons or
+# lines (a list pasted from a file).
+_LIST_SEPARATOR = re.compile(r"\s*[,;\n]\s*")
+_NAMES_LOGGED = 10  # a warning names this many of those left out
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,24 +256,37 @@ def _previous_text(tokenizer: Any, hotwords: str) -> list[int]:
         return list(tokenizer.encode(" " + text))
 
     tokens = encoded(words)
-    if len(tokens) > MAX_PREVIOUS_TOKENS:
-        names = [name.strip() for name in words[:-1].split(",") if name.strip()]
-        kept = 0
-        while kept < len(names) and len(encoded(", ".join(names[: kept + 1]) + ".")) <= (
-            MAX_PREVIOUS_TOKENS
-        ):
-            kept += 1
-        # One "name" longer than the whole room (prose, not a list): its first tokens.
-        tokens = encoded(", ".join(names[:kept]) + ".") if kept else tokens[:MAX_PREVIOUS_TOKENS]
+    if len(tokens) <= MAX_PREVIOUS_TOKENS:
+        return [tokenizer.sot_prev, *tokens]
+    names = [name.strip() for name in _LIST_SEPARATOR.split(words[:-1]) if name.strip()]
+    kept = 0
+    while kept < len(names) and len(encoded(", ".join(names[: kept + 1]) + ".")) <= (
+        MAX_PREVIOUS_TOKENS
+    ):
+        kept += 1
+    if kept == 0:
+        # Its first name alone is longer than the room (prose, not a list): its first
+        # tokens, as faster-whisper would read it.
         log.warning(
-            "STT_HOTWORDS is longer than Whisper reads (%d tokens): %d of %d names kept, "
-            "left out: %s",
+            "STT_HOTWORDS' first name is longer than Whisper reads (%d tokens): only its "
+            "first %d tokens are read; separate names with commas",
             MAX_PREVIOUS_TOKENS,
-            kept,
-            len(names),
-            ", ".join(names[kept:]),
+            MAX_PREVIOUS_TOKENS,
         )
-    return [tokenizer.sot_prev, *tokens]
+        return [tokenizer.sot_prev, *tokens[:MAX_PREVIOUS_TOKENS]]
+    left_out = names[kept:]
+    shown = ", ".join(left_out[:_NAMES_LOGGED])
+    more = len(left_out) - _NAMES_LOGGED
+    log.warning(
+        "STT_HOTWORDS is longer than Whisper reads (%d tokens): %d of %d names kept; "
+        "left out: %s%s",
+        MAX_PREVIOUS_TOKENS,
+        kept,
+        len(names),
+        shown,
+        f" and {more} more" if more > 0 else "",
+    )
+    return [tokenizer.sot_prev, *encoded(", ".join(names[:kept]) + ".")]
 
 
 def _below_speech_db(audio: np.ndarray, begin_s: float, end_s: float) -> float:
@@ -316,9 +333,12 @@ def collapse_loop(text: str) -> str:
     """
     words = text.split()
     cut = [word.strip(".,!?;:").lower() for word in words]
+    # A last word the limit may have cut short: letters, with nothing after them (digits
+    # are words of their own: "10 10 10 1" is a number said, not a loop cut short).
+    short = bool(words) and words[-1].isalpha()
     for unit in range(1, _LOOP_UNIT_WORDS + 1):
         keys = cut
-        if len(cut) > unit and cut[-1] and cut[-1 - unit].startswith(cut[-1]):
+        if short and len(cut) > unit and cut[-1 - unit].startswith(cut[-1]):
             keys = [*cut[:-1], cut[-1 - unit]]  # the last word cut short: "Goodbye Goodb"
         # The longest tail of `keys` that repeats with this period (a cut copy included).
         start = len(keys) - unit

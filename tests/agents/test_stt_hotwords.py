@@ -8,6 +8,7 @@ import logging
 
 import numpy as np
 import pytest
+from faster_whisper.tokenizer import Tokenizer
 
 from agents.assets import STT_ASSETS, ModelCache
 from agents.cascade.stt import (
@@ -55,32 +56,70 @@ def test_the_setting_reaches_the_embedded_whisper_a_call_loads(said: np.ndarray)
     assert "Dunmore Street" in stt.transcribe(said).text
 
 
-def test_a_list_longer_than_whisper_reads_keeps_whole_names_and_logs_the_rest(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    names = [f"Trattoria Number{n}" for n in range(60)]
-    whisper = _whisper()
-    tokenizer = whisper._tokenizer
-    with caplog.at_level(logging.WARNING, logger="agents.cascade.stt"):
-        prompt = _previous_text(tokenizer, ", ".join(names))
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    """tiny.en's tokenizer, as the transcriber builds it (without loading the model)."""
+    import tokenizers
+
+    model = ModelCache(Settings.from_env().model_cache_dir).path(STT_ASSETS["tiny.en"])
+    words = tokenizers.Tokenizer.from_file(str(model / "tokenizer.json"))
+    return Tokenizer(words, False, task="transcribe", language="en")
+
+
+def _read(tokenizer: Tokenizer, prompt: list[int]) -> str:
     assert prompt[0] == tokenizer.sot_prev and len(prompt) - 1 <= MAX_PREVIOUS_TOKENS
-    kept = tokenizer.decode(prompt[1:]).strip()
+    return str(tokenizer.decode(prompt[1:])).strip()
+
+
+def _left_out(caplog: pytest.LogCaptureFixture) -> list[str]:
+    (warning,) = caplog.records
+    return warning.getMessage().split("left out: ")[1].split(", ")
+
+
+@pytest.mark.parametrize("separator", [", ", "; ", "\n"])
+def test_a_list_longer_than_whisper_reads_keeps_whole_names_and_logs_the_rest(
+    tokenizer: Tokenizer, caplog: pytest.LogCaptureFixture, separator: str
+) -> None:
+    names = [f"Trattoria Number{n}" for n in range(25)]
+    with caplog.at_level(logging.WARNING, logger="agents.cascade.stt"):
+        kept = _read(tokenizer, _previous_text(tokenizer, separator.join(names)))
     assert kept.endswith(".")
     listed = kept[:-1].split(", ")
     assert 0 < len(listed) < len(names)
     assert listed == names[: len(listed)]  # whole names, in the operator's order
+    assert _left_out(caplog) == names[len(listed) :]
+
+
+def test_a_long_list_left_out_is_logged_by_its_first_names(
+    tokenizer: Tokenizer, caplog: pytest.LogCaptureFixture
+) -> None:
+    names = [f"Street{n}" for n in range(200)]
+    with caplog.at_level(logging.WARNING, logger="agents.cascade.stt"):
+        kept = _read(tokenizer, _previous_text(tokenizer, ", ".join(names)))
+    first = len(kept[:-1].split(", "))
+    shown = _left_out(caplog)
+    assert shown[:-1] == names[first : first + 9]
+    assert shown[-1] == f"{names[first + 9]} and {200 - first - 10} more"
+
+
+def test_a_first_name_longer_than_whisper_reads_is_read_as_far_as_it_fits(
+    tokenizer: Tokenizer, caplog: pytest.LogCaptureFixture
+) -> None:
+    prose = " ".join(["supercalifragilistic"] * 40)
+    with caplog.at_level(logging.WARNING, logger="agents.cascade.stt"):
+        prompt = _previous_text(tokenizer, f"{prose}, Bob, Alice")
+    assert len(prompt) - 1 == MAX_PREVIOUS_TOKENS
+    assert _read(tokenizer, prompt).startswith("supercalifragilistic")
     (warning,) = caplog.records
-    assert names[len(listed)] in warning.getMessage() and names[-1] in warning.getMessage()
-    assert names[len(listed) - 1] not in warning.getMessage().split("left out:")[1]
+    assert "first name is longer" in warning.getMessage()
 
 
 def test_a_list_that_fits_is_read_whole_and_ended_as_a_sentence(
-    caplog: pytest.LogCaptureFixture,
+    tokenizer: Tokenizer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    tokenizer = _whisper()._tokenizer
     with caplog.at_level(logging.WARNING, logger="agents.cascade.stt"):
         prompt = _previous_text(tokenizer, " Luigi's, Via Roma, calzone, ")
-    assert tokenizer.decode(prompt[1:]) == " Luigi's, Via Roma, calzone."
+    assert _read(tokenizer, prompt) == "Luigi's, Via Roma, calzone."
     assert not caplog.records
 
 
