@@ -72,17 +72,20 @@ async def load_models(
         gguf = await asyncio.to_thread(cache.path, "smollm2-135m-instruct")
         words_judge = await asyncio.to_thread(LlamaWordsJudge, gguf, threads=threads)
         stack.callback(words_judge.close)
-    stt, tts = await asyncio.gather(
-        asyncio.to_thread(speech_to_text, settings, stt_dir, threads),
-        asyncio.to_thread(PiperSpeaker, voice, threads=threads, speed=settings.tts_speed),
-        return_exceptions=True,
-    )
-    if isinstance(stt, HostedTranscriber):
-        stack.callback(stt.close)  # closed on a failed start too
-    if isinstance(stt, BaseException):
-        raise stt
-    if isinstance(tts, BaseException):
-        raise tts
+    stt: SpeechToText
+    if settings.stt_url:
+        # A client, not a model: made here, and closed however the start ends.
+        stt = hosted = speech_to_text(settings, stt_dir, threads)
+        assert isinstance(hosted, HostedTranscriber)
+        stack.callback(hosted.close)
+        tts = await asyncio.to_thread(
+            PiperSpeaker, voice, threads=threads, speed=settings.tts_speed
+        )
+    else:
+        stt, tts = await asyncio.gather(
+            asyncio.to_thread(speech_to_text, settings, stt_dir, threads),
+            asyncio.to_thread(PiperSpeaker, voice, threads=threads, speed=settings.tts_speed),
+        )
     # EndOfTurn is a Protocol: media's model (below agents) satisfies it by its shape.
     end_of_turn: EndOfTurn | None = None
     if turn_model is not None:
@@ -108,8 +111,8 @@ async def load_models(
 
 
 def speech_to_text(settings: ModelSettings, stt_dir: Path, threads: int) -> SpeechToText:
-    """The callers' STT as configured: a hosted STT_URL, else the embedded Whisper in
-    `stt_dir`; either reads STT_HOTWORDS. Blocking (loads a model): off the event loop."""
+    """The callers' STT as configured: a hosted STT_URL's client, else the embedded
+    Whisper in `stt_dir` (blocking: it loads a model); either reads STT_HOTWORDS."""
     if settings.stt_url:
         return HostedTranscriber(
             settings.stt_url,
