@@ -54,7 +54,8 @@ UNSAID_PER_TRIAL = 10
 NOISE_CLIPS_PER_TRIAL = 2
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9'’-]*")
 _ENDS = (".", "?", "!")
-_AROUND = ",.?!:;\"()'’‘"  # punctuation and quotes around a written word
+_QUOTES = "\"'’‘“”)"
+_AROUND = ",.?!:;\"()'’‘“”"  # punctuation and quotes around a written word
 
 
 def _bare(word: str) -> str:
@@ -70,7 +71,8 @@ def named_lines(lines: list[str]) -> list[tuple[str, tuple[str, ...]]]:
         _bare(bare)
         for line in lines
         for before, word in itertools.pairwise(line.split())
-        if (bare := word.strip(_AROUND))[:1].isupper() and not before.endswith(_ENDS)
+        if (bare := word.strip(_AROUND))[:1].isupper()
+        and not before.rstrip(_QUOTES).endswith(_ENDS)
     }
     found = []
     for line in sorted(set(lines)):
@@ -90,8 +92,9 @@ def named_lines(lines: list[str]) -> list[tuple[str, tuple[str, ...]]]:
 
 def operator_list(said: list[str], seed: int, size: int = 30) -> str:
     """An operator's STT_HOTWORDS for calls whose callers say `said`: the names in those
-    of them that are corpus lines, then names of other corpus lines up to `size` (an
-    operator lists more than any caller uses), in an order drawn by `seed`."""
+    of them that are corpus lines (all of them, however many), then names of other
+    corpus lines up to `size` in all (an operator lists more than any caller uses), in
+    an order drawn by `seed`."""
     named = named_lines([caller for _, caller in corpus_pairs()])
     spoken = {" ".join(line.split()) for line in said}
     names = [name for line, found in named if " ".join(line.split()) in spoken for name in found]

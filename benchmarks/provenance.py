@@ -176,5 +176,7 @@ def write_result(
 ) -> None:
     """A run's JSON: its provenance (`argv` None or empty: this process's arguments),
     then `result`."""
+    if "provenance" in result:
+        raise ValueError("a result's own 'provenance' would hide the run's")
     made = provenance(benchmark, argv or sys.argv[1:], run_options)
     path.write_text(json.dumps({"provenance": made, **result}, indent=1, default=str))

@@ -189,6 +189,11 @@ def _serve_and_run(
             max_calls=max(settings.max_calls, args.calls),
         )
         if args.hotwords:
+            if local.duplex_workers:
+                raise SystemExit(
+                    "python -m benchmarks turns: --operator-names lists names for this "
+                    "server's STT; duplex workers hear with their own (unset DUPLEX_WORKERS)"
+                )
             local = local.replace(stt_hotwords=args.hotwords)
         if said is not None:
             if local.duplex_workers:
@@ -248,10 +253,11 @@ def bench_turns(args: argparse.Namespace) -> dict[str, object]:
             "python -m benchmarks turns: --hear-said needs the server started here and one "
             "call at a time (the words are placed on the call by time)"
         )
-    if args.operator_names and (args.url or not args.corpus):
+    if args.operator_names and (args.url or not args.corpus or args.hear_said):
         raise SystemExit(
             "python -m benchmarks turns: --operator-names sets STT_HOTWORDS on the server "
-            "started here, from the --corpus calls' lines"
+            "started here, from the --corpus calls' lines (not with --hear-said, whose "
+            "words are the script's)"
         )
     line_names = _lines(args.lines)
     half_of: dict[str, str] = {}
@@ -416,7 +422,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         "--operator-names",
         action="store_true",
         help="with --corpus: the server started here lists STT_HOTWORDS as an operator "
-        "would: the names in the calls' corpus lines and others, 30 in all",
+        "would: the names in the calls' corpus lines, and others up to 30",
     )
     turns.add_argument("--url", default="", help="dial a running server instead of starting one")
     turns.add_argument("--auth-token", default=os.environ.get("TWILIO_AUTH_TOKEN"))

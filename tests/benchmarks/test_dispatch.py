@@ -61,6 +61,8 @@ def test_a_result_file_is_its_provenance_then_its_figures(tmp_path: Path) -> Non
     assert list(saved) == ["provenance", "seed", "at"]
     assert saved["provenance"]["command"] == "python -m benchmarks hotwords --seed 5"
     assert saved["at"] == "/x"
+    with pytest.raises(ValueError, match="provenance"):
+        write_result(path, "hotwords", [], {}, {"provenance": "mine"})
 
 
 def test_a_seed_given_repeats_a_run_and_none_draws_a_new_one() -> None:

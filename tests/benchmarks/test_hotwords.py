@@ -16,6 +16,7 @@ def test_a_name_is_a_capitalised_word_the_corpus_never_writes_in_lower_case() ->
         "Although I agree.",
         "From the dawn of man to the age of AI.'",
         "AI is here.",
+        '"I agree." Then nothing.',  # "Then" begins a sentence after a quote
     ]
 
     found = dict(named_lines(lines))

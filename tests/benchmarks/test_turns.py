@@ -514,6 +514,8 @@ def test_bench_turns_is_registered_and_refuses_an_unknown_script() -> None:
         main(["turns", "--operator-names", "--lines", "clean"])
     with pytest.raises(SystemExit, match="--operator-names"):
         main(["turns", "--corpus", "2", "--operator-names", "--url", "http://127.0.0.1:9"])
+    with pytest.raises(SystemExit, match="--operator-names"):
+        main(["turns", "--corpus", "2", "--operator-names", "--hear-said"])
 
 
 # --- a turn the caller left unsaid --------------------------------------------------------
