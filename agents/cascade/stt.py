@@ -333,8 +333,8 @@ def collapse_loop(text: str) -> str:
     """
     words = text.split()
     cut = [word.strip(".,!?;:").lower() for word in words]
-    # A last word the limit may have cut short: letters, with nothing after them (digits
-    # are words of their own: "10 10 10 1" is a number said, not a loop cut short).
+    # A last word the limit may have cut short: letters, with nothing after them. Not
+    # digits: a number read out in groups may end in a group that begins the one before.
     short = bool(words) and words[-1].isalpha()
     for unit in range(1, _LOOP_UNIT_WORDS + 1):
         keys = cut
