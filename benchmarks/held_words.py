@@ -25,7 +25,6 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -41,7 +40,7 @@ from benchmarks.judge_material import (
     pool_of,
     to_16k,
 )
-from benchmarks.provenance import fresh_seed, write_result
+from benchmarks.provenance import add_seed_and_json, fresh_seed, write_result
 from benchmarks.turns.corpus import BACKCHANNELS
 
 __all__ = ["Heard", "main"]
@@ -196,8 +195,7 @@ def score(items: list[Heard], cfg: TurnTaking) -> dict[str, dict[str, dict[str, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks held-words", description=__doc__)
     parser.add_argument("--items", type=int, default=400, help="items said (default 400)")
-    parser.add_argument("--seed", type=int, default=None, help="repeat a run (default: new)")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    add_seed_and_json(parser)
     args = parser.parse_args(argv)
     seed = fresh_seed(args.seed)
     print(f"seed {seed}: {args.items} items", file=sys.stderr)

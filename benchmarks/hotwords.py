@@ -27,7 +27,6 @@ import itertools
 import re
 import sys
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -41,7 +40,7 @@ from benchmarks.judge_material import (
     on_line,
     to_16k,
 )
-from benchmarks.provenance import fresh_seed, write_result
+from benchmarks.provenance import add_seed_and_json, fresh_seed, write_result
 from media.codec import mulaw_decode, mulaw_encode
 from ops.caller_voice import CallerVoice
 from ops.line import active_rms, babble
@@ -243,8 +242,7 @@ def _unsaid_listed(heard: Heard, text: str) -> set[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks hotwords", description=__doc__)
     parser.add_argument("--trials", type=int, default=10, help="operators (default 10)")
-    parser.add_argument("--seed", type=int, default=None, help="repeat a run (default: new)")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    add_seed_and_json(parser)
     args = parser.parse_args(argv)
     seed = fresh_seed(args.seed)
     print(f"seed {seed}: {args.trials} trials", file=sys.stderr)

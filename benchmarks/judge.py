@@ -50,7 +50,7 @@ from agents.turns.config import FusedWeights, TurnTaking
 from agents.turns.judge import FusedJudge, TurnJudge, TurnSoFar, VoiceJudge
 from agents.turns.protocol import Evaluation, Hearing
 from benchmarks.judge_material import Item, corpus_pairs, draw, pool_of, speak, to_16k
-from benchmarks.provenance import fresh_seed, write_result
+from benchmarks.provenance import add_seed_and_json, fresh_seed, write_result
 from media.codec import mulaw_encode
 from media.frontend import FrontEnd
 from media.turn import EndOfTurnModel
@@ -485,7 +485,7 @@ def _observe_fresh(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks judge", description=__doc__)
     parser.add_argument("--items", type=int, default=240, help="caller lines (default 240)")
-    parser.add_argument("--seed", type=int, default=None, help="repeat a run (default: new)")
+    add_seed_and_json(parser)
     parser.add_argument(
         "--stt",
         default="tiny.en",
@@ -524,7 +524,6 @@ def main(argv: list[str] | None = None) -> int:
         help="what Whisper hears of a pause inside the speech: cut short where speech "
         "detection finds one, as in a call (default), or whole",
     )
-    parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
         "--from-json",
         type=Path,

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -39,7 +38,7 @@ from benchmarks.judge import (
     speech_events,
 )
 from benchmarks.judge_material import on_line
-from benchmarks.provenance import fresh_seed, write_result
+from benchmarks.provenance import add_seed_and_json, fresh_seed, write_result
 from benchmarks.turns.recordings import PAUSE_MARGIN_MS, Clip, Recordings, Utterance
 
 __all__ = ["Moment", "main", "moments"]
@@ -130,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks judge-people", description=__doc__)
     parser.add_argument("--lines", default="clean,babble", help="clean and/or babble")
-    parser.add_argument("--seed", type=int, default=None, help="the babble's draw (default: new)")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    add_seed_and_json(parser, seed_help="the babble's draw (default: new)")
     args = parser.parse_args(argv)
     lines = [line.strip() for line in args.lines.split(",") if line.strip()]
     if not lines or any(line not in ("clean", "babble") for line in lines):

@@ -161,6 +161,15 @@ def provenance(
     }
 
 
+def add_seed_and_json(
+    parser: argparse.ArgumentParser, seed_help: str = "repeat a run (default: new)"
+) -> None:
+    """The options every bench that draws its material fresh takes: `--seed` to repeat
+    a run (`fresh_seed` draws one otherwise), `--json` to keep its figures."""
+    parser.add_argument("--seed", type=int, default=None, help=seed_help)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+
+
 def fresh_seed(given: int | None) -> int:
     """The seed given to repeat a run, else a new one: material drawn fresh, which
     nothing can have been fitted on."""

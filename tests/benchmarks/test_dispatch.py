@@ -108,3 +108,17 @@ def test_offhook_has_no_bench_command(capsys: pytest.CaptureFixture[str]) -> Non
         main(["bench", "call"])
     assert exit_.value.code == 2
     assert "invalid choice: 'bench'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module", ["hotwords", "held_words", "judge", "judge_people"])
+def test_a_bench_that_draws_its_material_fresh_takes_a_seed_and_a_json(
+    module: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib
+
+    main = importlib.import_module(f"benchmarks.{module}").main
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    shown = capsys.readouterr().out
+    assert "--seed SEED" in shown and "--json JSON" in shown
