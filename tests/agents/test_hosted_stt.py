@@ -17,6 +17,7 @@ import socket
 import threading
 import wave
 from collections.abc import Iterator
+from contextlib import closing
 from email.parser import BytesParser
 from email.policy import default
 from pathlib import Path
@@ -328,12 +329,9 @@ def test_a_caller_on_a_phone_line_is_heard_by_a_whisper_server(
     line = pcm16_to_float(mulaw_decode(mulaw_encode(resample(samples, rate, 8000))))
     audio = resample(line, 8000, RATE)
 
-    stt = HostedTranscriber(url, model="tiny.en", api_key="stt-key")
-    try:
+    with closing(HostedTranscriber(url, model="tiny.en", api_key="stt-key")) as stt:
         heard = stt.transcribe(audio)
         silence = stt.transcribe(np.zeros(RATE, np.float32))
-    finally:
-        stt.close()
     assert "library" in heard.text.lower(), heard
     assert -1.0 < heard.avg_logprob < 0.0 and heard.no_speech_prob < 0.5, heard
     assert assess(heard, speech_ms=2000) is Hearing.HEARD
@@ -347,12 +345,11 @@ def test_a_whisper_server_that_wants_another_key_is_an_error_not_words(
     whisper_server: tuple[str, list[dict[str, str]]],
 ) -> None:
     url, _ = whisper_server
-    stt = HostedTranscriber(url, api_key="wrong")
-    try:
-        with pytest.raises(SpeechToTextError, match="HTTP 401: Incorrect API key"):
-            stt.transcribe(np.zeros(RATE, np.float32))
-    finally:
-        stt.close()
+    with (
+        closing(HostedTranscriber(url, api_key="wrong")) as stt,
+        pytest.raises(SpeechToTextError, match="HTTP 401: Incorrect API key"),
+    ):
+        stt.transcribe(np.zeros(RATE, np.float32))
 
 
 def test_wav_bytes_clip_rather_than_wrap() -> None:
@@ -382,9 +379,7 @@ def test_the_configured_names_reach_a_whisper_server_and_are_heard(
     )
     stt = speech_to_text(settings, Path("unused"), threads=2)
     assert isinstance(stt, HostedTranscriber)
-    try:
+    with closing(stt):
         heard = stt.transcribe(audio)
-    finally:
-        stt.close()
     assert forms[-1]["prompt"] == "Ragazzi, Okonkwo, Dunmore Street"
     assert "Dunmore Street" in heard.text, heard
