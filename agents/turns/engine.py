@@ -275,8 +275,7 @@ class TurnEngine:
                 self._overlap.stopped = sample
                 # Not when the speech may be the rest of the answered turn (it came right
                 # after the pause the bot answered into): a caller finishing a sentence
-                # pauses again, and the bot would come back into that pause. Their words
-                # decide that (`_judge_held`).
+                # pauses again, and the bot would come back into that pause.
                 if not self._answered.may_go_on and self._overlap.lowers_again():
                     out.append(Lower())
                 # Short: a backchannel, or a short interruption (a word or two). Its
@@ -395,12 +394,6 @@ class TurnEngine:
                 self._end_words = _EndWords(result, start=self._utterance_start)
             self._resume_wait_ms = cfg.resume_after_words_ms if words else cfg.resume_min_silence_ms
             self._resume_after = overlap.stopped or self.position
-            # A bot kept silent at the stop (the speech might have gone on the answered
-            # turn) plays on lowered once its words are a backchannel's, as it does
-            # elsewhere until the resume: kept silent, a hum cost the resume wait too.
-            # Other words may still be the caller's sentence: silent until the resume.
-            if not words and not self.speaking and overlap.lowers_again():
-                out.append(Lower())
             if self.state is TurnState.HELD:
                 self._to(TurnState.RESUMING)
             self._resume_after_pause(self._resume_after, out)
