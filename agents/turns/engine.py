@@ -385,16 +385,10 @@ class TurnEngine:
         overlap = self._overlap
         assert overlap is not None
         speech_ms = _ms((overlap.stopped or self.position) - overlap.start)
-        words = result.hearing is Hearing.HEARD and not is_backchannel(result.text)
-        # Words right after the pause the bot answered into, and no backchannel's: the
-        # caller's sentence going on (the rest of it, said over a reply begun in its
-        # pause). Let go on, the bot answered the first half and dropped the rest.
-        if words and self._answered.may_go_on:
-            self._interrupt("sentence_went_on", out)
-            return
         if lets_the_bot_go_on(result, speech_ms, self.cfg):
             self._result = None
             self._emit(Backchannel(speech_ms=speech_ms, text=result.text))
+            words = result.hearing is Hearing.HEARD and not is_backchannel(result.text)
             cfg = self.cfg
             if self.judge.answerable(result) and not self._last_reply:
                 self._end_words = _EndWords(result, start=self._utterance_start)
