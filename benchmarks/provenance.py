@@ -29,6 +29,7 @@ from pathlib import Path
 from agents.config import shown_url
 
 __all__ = [
+    "add_seed_and_json",
     "app_settings",
     "commit",
     "cpu_model",

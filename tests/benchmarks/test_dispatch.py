@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.__main__ import OWN_ARGUMENTS, parser
-from benchmarks.provenance import app_settings, fresh_seed, options, provenance, write_result
+from benchmarks.__main__ import OWN_ARGUMENTS, _own, parser
+from benchmarks.provenance import (
+    add_seed_and_json,
+    app_settings,
+    fresh_seed,
+    options,
+    provenance,
+    write_result,
+)
 
 # What `offhook bench --help` offered, the scripts with their own arguments, the turn
 # judges on fresh corpus speech, and the cluster on one box.
@@ -110,15 +117,20 @@ def test_offhook_has_no_bench_command(capsys: pytest.CaptureFixture[str]) -> Non
     assert "invalid choice: 'bench'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("module", ["hotwords", "held_words", "judge", "judge_people"])
+@pytest.mark.parametrize("name", ["hotwords", "held-words", "judge", "judge-people"])
 def test_a_bench_that_draws_its_material_fresh_takes_a_seed_and_a_json(
-    module: str, capsys: pytest.CaptureFixture[str]
+    name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import importlib
-
-    main = importlib.import_module(f"benchmarks.{module}").main
     with pytest.raises(SystemExit) as exit_:
-        main(["--help"])
+        _own(name)(["--help"])
     assert exit_.value.code == 0
     shown = capsys.readouterr().out
     assert "--seed SEED" in shown and "--json JSON" in shown
+
+
+def test_the_seed_and_json_options_read_a_number_and_a_path() -> None:
+    bench = argparse.ArgumentParser()
+    add_seed_and_json(bench)
+    args = bench.parse_args(["--seed", "5", "--json", "out.json"])
+    assert (args.seed, args.json) == (5, Path("out.json"))
+    assert bench.parse_args([]).seed is None
