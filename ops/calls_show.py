@@ -174,9 +174,10 @@ def incidents(timeline: Iterable[Mapping[str, Any]]) -> list[tuple[float | None,
 
 def _incident(event: CallEvent) -> str:
     match event:
-        case BargeIn(turn_id=turn_id, heard=heard, truncated=truncated):
+        case BargeIn(turn_id=turn_id, heard=heard, truncated=truncated, reason=reason):
             cut = " (cut off)" if truncated else ""
-            return f"caller interrupted bot turn {turn_id}; heard{cut}: {heard!r}"
+            why = f" ({reason})" if reason else ""
+            return f"caller interrupted bot turn {turn_id}{why}; heard{cut}: {heard!r}"
         case Clear():
             return "bot audio cleared"
         case Error(stage=stage, error=error):

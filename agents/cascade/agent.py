@@ -439,13 +439,21 @@ class CascadeAgent:
             self.conversation.cut(record.turn_id, record.text, cleared_ms)
             reported.add(record.turn_id)
             self._emit(
-                BargeIn(turn_id=record.turn_id, heard=record.text, truncated=record.truncated)
+                BargeIn(
+                    turn_id=record.turn_id,
+                    heard=record.text,
+                    truncated=record.truncated,
+                    reason=reason,
+                )
             )
         if turn is not None and turn.turn_id not in reported and self._response_audible:
             # Held between clauses: nothing was queued, and what was heard is final.
             text = self.playback.clock.turn_heard(turn.turn_id)
             self.conversation.cut(turn.turn_id, text, cleared_ms)
-            self._emit(BargeIn(turn_id=turn.turn_id, heard=text, truncated=text != turn.intended))
+            truncated = text != turn.intended
+            self._emit(
+                BargeIn(turn_id=turn.turn_id, heard=text, truncated=truncated, reason=reason)
+            )
         if turn is not None and self._response_audible:
             self._bot_turn_over(turn)
 

@@ -693,7 +693,8 @@ async def test_the_rest_of_a_sentence_over_the_replys_first_words_is_answered_wi
         await session.pause(UNSURE_PAUSE_MS)
         await session.bot_said("Two it is.")
         # Stopped, not resumed: the caller's record says what of it they heard.
-        assert ("barge_in", {"turn_id": 2, "heard": "", "truncated": True}) in session.events
+        stopped = {"turn_id": 2, "heard": "", "truncated": True, "reason": "sentence_went_on"}
+        assert ("barge_in", stopped) in session.events
         assert "resume" not in session.event_names()
         assert [(t.speaker, t.text) for t in session.conversation.turns] == [
             (Speaker.CALLER, "A table for two, please."),
