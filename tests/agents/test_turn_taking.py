@@ -696,6 +696,9 @@ async def test_short_words_over_the_bot_that_are_not_a_backchannel_interrupt_it(
         await session.pause(700)
         assert session.count("offhook_barge_ins_total") == 1
         assert session.caller_turns() == ["Stop."]
+        # The record says why: a held bot is cleared with no second `clear` to say it.
+        [stopped] = [fields for name, fields in session.events if name == "barge_in"]
+        assert stopped["reason"] == "short_interruption"
 
 
 async def test_longer_speech_over_the_bot_interrupts_it_once() -> None:
@@ -705,6 +708,7 @@ async def test_longer_speech_over_the_bot_interrupts_it_once() -> None:
         await session.talk(1000)
         assert session.line.clears() == 1
         assert session.count("offhook_barge_ins_total") == 1
+        assert [f["reason"] for n, f in session.events if n == "barge_in"] == ["barge_in"]
         await session.pause(300)
         await session.bot_said(REPLY_TEXT)
         assert session.line.clears() == 1
