@@ -97,6 +97,26 @@ class Continuation:
         """The speech over the bot did not take the floor."""
         self._continues = None
 
+    @property
+    def keeps_from(self) -> int | None:
+        """Where the answered turn's audio begins, while speech over its reply may still
+        go on from it (the driver keeps that audio: `carry_on` hears the turn whole)."""
+        answered = self.answered
+        if self._continues is not None:
+            return self._continues.start
+        if answered is not None and self._heard <= _samples(self.cfg.continuation_heard_ms):
+            return answered.start
+        return None
+
+    def carry_on(self, onset: int) -> Said:
+        """The speech over the reply that began at `onset` went on the answered turn,
+        which is returned: its reply is void, the turn is heard again whole, and the
+        pause the caller showed is learnt once its words say it goes on (`judged`)."""
+        continued = self._continues
+        assert continued is not None, "carry_on needs speech that may go on (may_go_on)"
+        self.took_floor(onset)
+        return continued
+
     def took_floor(self, onset: int) -> None:
         """The caller took the floor with speech that began at `onset`: if it may go on
         from the answered turn, keep the pause it showed until the words say (`judged`)."""

@@ -386,6 +386,9 @@ class TurnEngine:
         assert overlap is not None
         speech_ms = _ms((overlap.stopped or self.position) - overlap.start)
         if lets_the_bot_go_on(result, speech_ms, self.cfg):
+            if self._answered.may_go_on and not _a_backchannel(result):
+                self._carry_on(overlap, out)
+                return
             self._result = None
             self._emit(Backchannel(speech_ms=speech_ms, text=result.text))
             words = result.hearing is Hearing.HEARD and not is_backchannel(result.text)
@@ -400,6 +403,23 @@ class TurnEngine:
             return
         # Words that are not a backchannel: the caller is taking the turn.
         self._interrupt("short_interruption", out)
+
+    def _carry_on(self, overlap: Overlap, out: list[Decision]) -> None:
+        """Short speech right after the pause the bot answered into, said over the
+        reply's first words and not heard as a listener's noise: the caller's sentence
+        going on (the rest of it, which Whisper hears alone as a word or nothing). Let go
+        on, its words were dropped and the bot answered the first half; now the reply
+        is withdrawn and the turn is heard again whole, from its first words."""
+        said = self._answered.carry_on(overlap.start)
+        stopped = overlap.stopped if overlap.stopped is not None else self.position
+        out.append(Reopen(start=said.start, restore=True, reply_heard=True))
+        self._overlap = None
+        self._bot_busy = False
+        self._utterance_start = said.start
+        self._speech_in_turn += said.speech
+        self._speech_end = stopped
+        self._to(TurnState.CALLER)
+        self._evaluate(stopped, out)
 
     def _resume_after_pause(self, stopped: int, out: list[Decision]) -> None:
         """Resume a backchannel's held bot once the caller has been quiet long enough
@@ -441,12 +461,13 @@ class TurnEngine:
             return
         self._result = None
         self._emit_end_of_turn(result, silence_ms)
-        speech_ms = _ms(self._speech_in_turn)
+        speech = self._speech_in_turn
+        speech_ms = _ms(speech)
         start, end = self._utterance_start, result.end
         self._drop_utterance()
         heard = result.hearing is Hearing.HEARD
         if heard and result.text.strip():
-            self._commit(result.text.strip(), start, end, silence_ms, out)
+            self._commit(result.text.strip(), start, end, silence_ms, out, speech=speech)
         elif result.hearing is Hearing.UNCLEAR or (
             heard and speech_ms >= self.cfg.min_reprompt_speech_ms
         ):
@@ -473,10 +494,13 @@ class TurnEngine:
         out: list[Decision],
         *,
         reopens: bool = True,
+        speech: int = 0,
     ) -> None:
         """Answer the caller's turn. `reopens`: a caller going on before the reply is
-        heard continues this turn from `start` (its audio is still kept)."""
-        self._answered.answer(Said(end=end), at=self.position)
+        heard continues this turn from `start` (its audio is still kept). `speech`:
+        samples of speech in it."""
+        said = Said(end=end, start=start, speech=speech)
+        self._answered.answer(said, at=self.position)
         out.append(
             Answer(
                 text=text, start=start, end=end, silence_ms=silence_ms, farewell=is_farewell(text)
@@ -568,6 +592,12 @@ class TurnEngine:
         return self._utterance_start
 
     @property
+    def carried_from(self) -> int | None:
+        """Where the answered turn's audio begins while speech over its reply may still
+        go on from it: a driver keeps the caller's audio from there (None: no need)."""
+        return self._answered.keeps_from
+
+    @property
     def holding(self) -> bool:
         return self.state in _HELD
 
@@ -584,6 +614,11 @@ class TurnEngine:
     def _emit(self, event: CallEvent) -> None:
         if self._emit_to is not None:
             self._emit_to(event)
+
+
+def _a_backchannel(result: Evaluation) -> bool:
+    """Words heard as a listener's noise ("mhm", "okay"): the closed class."""
+    return result.hearing is Hearing.HEARD and is_backchannel(result.text)
 
 
 def _ms(samples: int) -> int:

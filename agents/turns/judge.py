@@ -31,6 +31,8 @@ class Said:
 
     end: int  # where its speech ended
     at: int = 0  # where it was answered
+    start: int = 0  # where its utterance began (preroll included)
+    speech: int = 0  # samples of speech in it, pauses excluded
 
 
 @dataclass(frozen=True, slots=True)

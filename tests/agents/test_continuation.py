@@ -94,3 +94,24 @@ def test_speech_after_a_second_of_reply_answers_the_reply() -> None:
     c.took_floor(onset=3600 * MS)
     c.judged(_heard("That sounds good.", 4200))
     assert events == [] and c.patience_ms == 0
+
+
+def test_the_answered_turns_audio_is_kept_while_speech_over_the_reply_may_go_on_it() -> None:
+    c, _ = _continuation()
+    c.answer(Said(end=2000 * MS, start=100 * MS), at=2300 * MS)
+    assert c.keeps_from == 100 * MS
+    for _ in range(60):  # 1.2 s of reply heard: what is said now answers the reply
+        c.bot_heard(20 * MS)
+    assert c.keeps_from is None
+
+
+def test_a_turn_carried_on_over_the_reply_is_given_back_and_its_pause_learnt() -> None:
+    c, events = _continuation()
+    c.answer(Said(end=2000 * MS, start=100 * MS, speech=1800 * MS), at=2300 * MS)
+    c.speech_over_bot(onset=3200 * MS, recent=[_bot_frame(3200)])
+    assert c.may_go_on and c.keeps_from == 100 * MS
+    said = c.carry_on(onset=3200 * MS)
+    assert (said.start, said.speech) == (100 * MS, 1800 * MS)
+    assert c.answered is None and not c.may_go_on
+    c.judged(_heard("I would like to go to the library", 3600))  # heard whole
+    assert events == [PatienceRaised(pause_ms=1200, wait_ms=1450)]

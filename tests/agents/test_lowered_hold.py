@@ -15,6 +15,7 @@ from agents.turns.engine import (
     Hearing,
     Hold,
     Lower,
+    Reopen,
     Resume,
     Silence,
     TurnTaking,
@@ -139,8 +140,52 @@ def test_speech_right_after_the_answered_pause_is_not_played_into_when_it_stops(
     assert out.of(Hold) and out.of(Silence), out.decisions
     assert not out.of(Lower), out.decisions
     silenced = out.at(Silence)[0]
-    judged = (out.at(Resume) or out.at(Clear))[0]
+    judged = (out.at(Resume) or out.at(Clear) or out.at(Reopen))[0]
     assert out.heard_bot_between(silenced + 20, judged) == 0
+
+
+def _rest_over_the_reply(rest: Hears, pause_ms: int = 1100) -> Outcome:
+    """A caller answered 200 ms into their pause goes on over the reply `pause_ms` after
+    they stopped, for 400 ms; heard again whole, the sentence is one turn."""
+    return run(
+        [Say(1500), Quiet(pause_ms), Say(400)],
+        [
+            Hears(1600, "I would like to go", probability=0.6),
+            Hears(99_000, "I would like to go to the library.", probability=0.8, from_ms=0),
+            rest,
+        ],
+        config=LOWERED,
+    )
+
+
+def test_the_rest_of_a_sentence_over_the_reply_is_answered_with_its_first_half() -> None:
+    # Heard alone, the rest is a word Whisper made of it, or nothing: either way the
+    # bot stops and answers the whole sentence, not its first half.
+    for rest in (
+        Hears(99_000, "by", probability=0.1),
+        Hears(99_000, "", probability=0.1, hearing=Hearing.UNCLEAR),
+        Hears(99_000, "", probability=0.1, hearing=Hearing.NOTHING),
+    ):
+        out = _rest_over_the_reply(rest)
+        [reopen] = out.of(Reopen)
+        assert reopen.reply_heard and reopen.restore and reopen.start == 0, out.decisions
+        assert not out.of(Resume) and not out.of(Lower), out.decisions
+        answers = [a.text for a in out.of(Answer)]
+        assert answers == ["I would like to go", "I would like to go to the library."]
+        # Silent from the silence on: the reply is not heard again.
+        assert out.heard_bot_between(out.at(Silence)[0] + 20, out.at(Answer)[1]) == 0
+
+
+def test_a_listeners_noise_right_after_the_answered_pause_still_lets_the_reply_go_on() -> None:
+    out = _rest_over_the_reply(Hears(99_000, "Mhm.", probability=0.1))
+    assert out.of(Resume) and not out.of(Reopen), out.decisions
+    assert [a.text for a in out.of(Answer)] == ["I would like to go"]
+
+
+def test_words_well_into_the_reply_are_no_rest_of_the_answered_sentence() -> None:
+    # 2 s after the caller stopped: past the window, a word to the reply goes on it.
+    out = _rest_over_the_reply(Hears(99_000, "by", probability=0.1), pause_ms=2000)
+    assert out.of(Resume) and not out.of(Reopen), out.decisions
 
 
 def test_the_same_speech_well_after_the_answered_pause_is_played_into_lowered() -> None:

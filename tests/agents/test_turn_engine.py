@@ -582,13 +582,21 @@ CASES = [
         duplex=False,
     ),
     Case(
-        "a reader held on a word of theirs and resumed is still going on when they go on",
+        "a reader held on a word of theirs over the reply's first words is heard whole",
         # "...ring the bell | twice, | because the first one is broken": "Twice." over
-        # the reply's first words is judged a backchannel and the bot resumes; the
-        # reply audio heard, not the time since it began, says they were not answering.
+        # the reply's first words goes on the answered turn (the reply audio heard, not
+        # the time since it began, says they were not answering). The reply is
+        # withdrawn, the turn heard again from its first words, and the reader, who
+        # goes on, is waited for.
         [Say(6000), Quiet(1300), Say(400), Quiet(700), Say(2000), Quiet(900), Say(2000)],
         [
             Hears(6100, "I'm reading my order. Two pizzas. Please ring the bell.", 0.44),
+            Hears(
+                7800,
+                "I'm reading my order. Two pizzas. Please ring the bell twice.",
+                0.44,
+                from_ms=0,
+            ),
             Hears(7800, "Twice.", 0.9),
             Hears(10_500, "Because the first one is broken.", 0.3),
             Hears(99_000, "Because the first one is broken. That's the order.", 0.3),
@@ -598,7 +606,9 @@ CASES = [
                 [a.text for a in out.of(Answer)][-1]
                 == "Because the first one is broken. That's the order."
                 and len(out.of(Answer)) == 2
-                and out.of(Resume)
+                and [(r.restore, r.reply_heard) for r in out.of(Reopen)] == [(True, True)]
+                and not out.of(Resume)
+                and [a.start for a in out.of(Answer)] == [0, 0]
                 and patience_raised_once(out, pause_ms=1300)
             )
             or pytest.fail(str(out.decisions))
