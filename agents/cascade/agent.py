@@ -321,11 +321,10 @@ class CascadeAgent:
                     timing = self._timing(decision.end, decision.silence_ms)
                     self._start_response(timing, canned=self.reprompt, kind="reprompt")
                 case Reopen():
-                    reply = self._response_turn if decision.reply_heard else None
-                    if reply is not None:
-                        # Stopped where the caller is; the record keeps what they heard.
+                    if decision.reply_heard:
+                        # Stopped where the caller is; what they heard of it stays on
+                        # the record and in the history, before their whole sentence.
                         await self._barge_in("sentence_went_on")
-                        self.conversation.drop(reply)
                     else:
                         await self._cancel_response(reason="caller_resumed")
                     if decision.restore and self._committed_turn is not None:

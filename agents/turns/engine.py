@@ -386,7 +386,7 @@ class TurnEngine:
         assert overlap is not None
         speech_ms = _ms((overlap.stopped or self.position) - overlap.start)
         if lets_the_bot_go_on(result, speech_ms, self.cfg):
-            if self._answered.may_go_on and not _a_backchannel(result):
+            if self._answered.may_carry_on and _words_going_on(result):
                 self._carry_on(overlap, out)
                 return
             self._result = None
@@ -499,7 +499,7 @@ class TurnEngine:
         """Answer the caller's turn. `reopens`: a caller going on before the reply is
         heard continues this turn from `start` (its audio is still kept). `speech`:
         samples of speech in it."""
-        said = Said(end=end, start=start, speech=speech)
+        said = Said(end=end, start=start, speech=speech, kept=reopens)
         self._answered.answer(said, at=self.position)
         out.append(
             Answer(
@@ -616,9 +616,12 @@ class TurnEngine:
             self._emit_to(event)
 
 
-def _a_backchannel(result: Evaluation) -> bool:
-    """Words heard as a listener's noise ("mhm", "okay"): the closed class."""
-    return result.hearing is Hearing.HEARD and is_backchannel(result.text)
+def _words_going_on(result: Evaluation) -> bool:
+    """Words heard over the reply that are no listener's noise (the closed class,
+    `is_backchannel`): in the window, the caller's sentence going on. Speech Whisper
+    made nothing of, or doubts (a cough, a hum), lets the reply go on as before."""
+    heard = result.hearing is Hearing.HEARD and bool(result.text.strip())
+    return heard and not is_backchannel(result.text)
 
 
 def _ms(samples: int) -> int:

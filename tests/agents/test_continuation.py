@@ -100,7 +100,7 @@ def test_the_answered_turns_audio_is_kept_while_speech_over_the_reply_may_go_on_
     c, _ = _continuation()
     c.answer(Said(end=2000 * MS, start=100 * MS), at=2300 * MS)
     assert c.keeps_from == 100 * MS
-    for _ in range(60):  # 1.2 s of reply heard: what is said now answers the reply
+    for _ in range(75):  # 1.5 s of reply heard: what is said now answers the reply
         c.bot_heard(20 * MS)
     assert c.keeps_from is None
 
@@ -115,3 +115,35 @@ def test_a_turn_carried_on_over_the_reply_is_given_back_and_its_pause_learnt() -
     assert c.answered is None and not c.may_go_on
     c.judged(_heard("I would like to go to the library", 3600))  # heard whole
     assert events == [PatienceRaised(pause_ms=1200, wait_ms=1450)]
+
+
+def test_an_answer_forgotten_keeps_nothing_and_nothing_carries_it_on() -> None:
+    # A keypad entry answered some other way: speech over the reply then is no longer
+    # the answered turn going on.
+    c, _ = _continuation()
+    c.answer(Said(end=2000 * MS, start=100 * MS), at=2300 * MS)
+    c.speech_over_bot(onset=3200 * MS, recent=[_bot_frame(3200)])
+    c.forget()
+    assert not c.may_go_on and not c.may_carry_on and c.keeps_from is None
+
+
+def test_words_answered_over_a_replys_end_are_not_carried_on() -> None:
+    # Their audio is kept less (the driver's): a caller going on starts a turn of their own.
+    c, _ = _continuation()
+    c.answer(Said(end=2000 * MS, start=100 * MS, kept=False), at=2300 * MS)
+    assert c.keeps_from is None
+    c.speech_over_bot(onset=3200 * MS, recent=[_bot_frame(3200)])
+    assert c.may_go_on and not c.may_carry_on and c.keeps_from is None
+
+
+def test_the_audio_is_kept_until_the_onset_of_speech_over_a_second_of_reply_is_known() -> None:
+    # Speech detection reports an onset late and dates it back: the reply heard before
+    # the onset, not all heard by the report, says whether the window was open.
+    c, _ = _continuation()
+    c.answer(Said(end=2000 * MS, start=100 * MS), at=2300 * MS)
+    for _ in range(55):  # 1.1 s of the reply heard, the last 0.1 s over the speech
+        c.bot_heard(20 * MS)
+    assert c.keeps_from == 100 * MS
+    frames = [_bot_frame(3320 + 20 * i) for i in range(5)]  # from the onset on
+    c.speech_over_bot(onset=3300 * MS, recent=frames)
+    assert c.may_carry_on and c.keeps_from == 100 * MS

@@ -12,6 +12,7 @@ from itertools import pairwise
 from agents.turns.engine import (
     Answer,
     Clear,
+    Evaluate,
     Hearing,
     Hold,
     Lower,
@@ -159,21 +160,31 @@ def _rest_over_the_reply(rest: Hears, pause_ms: int = 1100) -> Outcome:
 
 
 def test_the_rest_of_a_sentence_over_the_reply_is_answered_with_its_first_half() -> None:
-    # Heard alone, the rest is a word Whisper made of it, or nothing: either way the
-    # bot stops and answers the whole sentence, not its first half.
+    # Heard alone, the rest is a word or two Whisper made of it: the bot stops and
+    # answers the whole sentence, not its first half.
+    out = _rest_over_the_reply(Hears(99_000, "by", probability=0.1))
+    [reopen] = out.of(Reopen)
+    assert reopen.reply_heard and reopen.restore and reopen.start == 0, out.decisions
+    assert not out.of(Resume) and not out.of(Lower), out.decisions
+    answers = [a.text for a in out.of(Answer)]
+    assert answers == ["I would like to go", "I would like to go to the library."]
+    # Silent from the silence on: the reply is not heard again.
+    assert out.heard_bot_between(out.at(Silence)[0] + 20, out.at(Answer)[1]) == 0
+    # The turn heard again counts all its speech: 1.5 s, then 0.4 s.
+    [whole] = [e for e in out.of(Evaluate) if e.start == 0 and e.end > 1600 * 16]
+    assert whole.speech_ms >= 1500 + 400 - 100, out.decisions
+
+
+def test_a_noise_or_a_doubted_hum_right_after_the_answered_pause_lets_the_reply_go_on() -> None:
+    # A cough Whisper hears nothing in, or a hum it doubts: no words going on, and the
+    # reply is not restarted for it.
     for rest in (
-        Hears(99_000, "by", probability=0.1),
         Hears(99_000, "", probability=0.1, hearing=Hearing.UNCLEAR),
         Hears(99_000, "", probability=0.1, hearing=Hearing.NOTHING),
     ):
         out = _rest_over_the_reply(rest)
-        [reopen] = out.of(Reopen)
-        assert reopen.reply_heard and reopen.restore and reopen.start == 0, out.decisions
-        assert not out.of(Resume) and not out.of(Lower), out.decisions
-        answers = [a.text for a in out.of(Answer)]
-        assert answers == ["I would like to go", "I would like to go to the library."]
-        # Silent from the silence on: the reply is not heard again.
-        assert out.heard_bot_between(out.at(Silence)[0] + 20, out.at(Answer)[1]) == 0
+        assert out.of(Resume) and not out.of(Reopen), out.decisions
+        assert [a.text for a in out.of(Answer)] == ["I would like to go"]
 
 
 def test_a_listeners_noise_right_after_the_answered_pause_still_lets_the_reply_go_on() -> None:

@@ -714,3 +714,23 @@ def test_the_record_says_what_the_words_judge_scored_the_answered_words() -> Non
               config=config, judge=judge)  # fmt: skip
     [ended] = [event for _, event in out.events if isinstance(event, EndOfTurn)]
     assert (ended.text, ended.words) == ("Do you open at nine?", 0.9)
+
+
+async def test_the_duplex_backend_hears_the_rest_of_a_sentence_with_its_first_half() -> None:
+    # Answered in the pause, the caller goes on over the reply's first words; heard
+    # alone, the rest is a word. The backend stops the reply and answers the sentence.
+    messages: list[dict[str, str]] = []
+    out = await run_duplex(
+        [Say(1500), Quiet(1100), Say(400)],
+        [
+            Hears(1600, "I would like to go", probability=0.6),
+            Hears(99_000, "I would like to go to the library.", probability=0.8, from_ms=0),
+            Hears(99_000, "by", probability=0.1),
+        ],
+        messages_out=messages,
+    )
+    [reopen] = out.of(Reopen)
+    assert reopen.reply_heard and reopen.restore, out.decisions
+    texts = [a.text for a in out.of(Answer)]
+    assert texts == ["I would like to go", "I would like to go to the library."], out.decisions
+    assert [m["content"] for m in messages if m["role"] == "user"] == [texts[1]]

@@ -687,21 +687,28 @@ async def test_the_rest_of_a_sentence_over_the_replys_first_words_is_answered_wi
         await session.pause(300)
         await session.until(lambda: session.audio_sent() > 0, "the reply to be heard")
         assert session.caller_turns() == ["A table"]
+        await session.pause(200)  # two of its words heard
         await session.talk(400)
         await session.pause(200)
         await session.evaluated()  # the sentence, heard again whole
         await session.pause(UNSURE_PAUSE_MS)
         await session.bot_said("Two it is.")
         # Stopped, not resumed: the caller's record says what of it they heard.
-        stopped = {"turn_id": 2, "heard": "", "truncated": True, "reason": "sentence_went_on"}
-        assert ("barge_in", stopped) in session.events
+        [stopped] = [fields for name, fields in session.events if name == "barge_in"]
+        assert stopped["reason"] == "sentence_went_on" and stopped["truncated"], stopped
+        said = stopped["heard"]
+        assert said and REPLY_TEXT.startswith(said), stopped
         assert "resume" not in session.event_names()
+        # The first half's turn is withdrawn (its words are in the whole sentence); the
+        # reply stays as far as the caller heard it.
         assert [(t.speaker, t.text) for t in session.conversation.turns] == [
+            (Speaker.BOT, said),
             (Speaker.CALLER, "A table for two, please."),
             (Speaker.BOT, "Two it is."),
         ]
         assert session.llm.prompts[1][1:] == [
-            {"role": "user", "content": "A table for two, please."}
+            {"role": "assistant", "content": said + " —"},
+            {"role": "user", "content": "A table for two, please."},
         ]
         # The sentence was heard again from its start: the first half's audio was kept.
         assert float(heard[-1].min()) == 0.0 and float(heard[-1].max()) >= rest_from

@@ -283,6 +283,7 @@ async def run_duplex(
     bot: Bot | None = None,
     unit_ms: int = 200,
     tail_ms: int = 4000,
+    messages_out: list[dict[str, str]] | None = None,
 ) -> Outcome:
     """Drive CascadeDuplexBackend with the script: the caller's audio in units with the
     gateway's speech windows, fakes that answer by the script. Decisions are read off the
@@ -361,6 +362,8 @@ async def run_duplex(
         ]
         await backend.process_unit(audio, probs)
         position += unit
+    if messages_out is not None:  # the LLM's history as the call ends
+        messages_out.extend(dict(m) for m in backend.messages)
     return out
 
 
