@@ -386,7 +386,10 @@ class TurnEngine:
         assert overlap is not None
         speech_ms = _ms((overlap.stopped or self.position) - overlap.start)
         if lets_the_bot_go_on(result, speech_ms, self.cfg):
-            if self._answered.may_carry_on and _words_going_on(result):
+            # Not a reply that ends or hands over the call (a farewell, a transfer's
+            # announcement): what it does is under way, and is not done twice.
+            carries = self._answered.may_carry_on and not self._last_reply
+            if carries and _words_going_on(result):
                 self._carry_on(overlap, out)
                 return
             self._result = None

@@ -21,7 +21,7 @@ from agents.turns.engine import (
     Silence,
     TurnTaking,
 )
-from tests.agents.turn_script import Hears, Outcome, Quiet, Say, run
+from tests.agents.turn_script import Bot, Hears, Outcome, Quiet, Say, run
 
 QUESTION = "What time do you open tomorrow?"
 OVER_BOT_MS = 3000  # the caller's onset over the reply
@@ -190,6 +190,22 @@ def test_a_noise_or_a_doubted_hum_right_after_the_answered_pause_lets_the_reply_
 def test_a_listeners_noise_right_after_the_answered_pause_still_lets_the_reply_go_on() -> None:
     out = _rest_over_the_reply(Hears(99_000, "Mhm.", probability=0.1))
     assert out.of(Resume) and not out.of(Reopen), out.decisions
+    assert [a.text for a in out.of(Answer)] == ["I would like to go"]
+
+
+def test_a_reply_that_ends_the_call_is_not_withdrawn_for_the_rest() -> None:
+    # A farewell or a transfer's announcement: what it does is under way (a transfer
+    # sent to Twilio), and a second one is not what the caller wants.
+    out = run(
+        [Say(1500), Quiet(1100), Say(400)],
+        [
+            Hears(1600, "I would like to go", probability=0.6),
+            Hears(99_000, "by", probability=0.1),
+        ],
+        config=LOWERED,
+        bot=Bot(last=True),
+    )
+    assert not out.of(Reopen), out.decisions
     assert [a.text for a in out.of(Answer)] == ["I would like to go"]
 
 
