@@ -378,12 +378,15 @@ class CascadeDuplexBackend:
                         self._reply.cancel()
                         self._reply = None
                     if decision.reply_heard:
-                        # The caller went on over the reply's first words: stop it (the
-                        # history keeps what they heard of it); their turn is heard again.
+                        # The caller went on over the reply's first words: stop it, and
+                        # withdraw it with their turn, heard again whole. (Its history
+                        # entry can be the whole reply once written, not what was heard.)
                         self._yield_turn()
                         outcome.yielded = True
-                    if decision.restore:
-                        _withdraw_caller_turn(self._turns, past_reply=decision.reply_heard)
+                        while self._turns and self._turns[-1]["role"] == "assistant":
+                            self._turns.pop()
+                    if decision.restore and self._turns and self._turns[-1]["role"] == "user":
+                        self._turns.pop()
                     self.engine.reply_done()
                 case Clear():
                     self._yield_turn()
@@ -551,16 +554,6 @@ class CascadeDuplexBackend:
     def _outcome(self, outcome: UnitOutcome) -> UnitOutcome:
         outcome.context_len = len(self.messages)
         return outcome
-
-
-def _withdraw_caller_turn(turns: list[Message], *, past_reply: bool) -> None:
-    """Drop the caller's answered turn, which goes on: it is heard again whole. It is the
-    last turn, or with `past_reply` the last but for what the caller heard of the reply."""
-    index = len(turns) - 1
-    while past_reply and index >= 0 and turns[index]["role"] == "assistant":
-        index -= 1
-    if index >= 0 and turns[index]["role"] == "user":
-        del turns[index]
 
 
 def _in_thread(stage: str, fn: Callable[..., T], /, *args: Any) -> Awaitable[T]:

@@ -620,11 +620,12 @@ class TurnEngine:
 
 
 def _words_going_on(result: Evaluation) -> bool:
-    """Words heard over the reply that are no listener's noise (the closed class,
-    `is_backchannel`): in the window, the caller's sentence going on. Speech Whisper
-    made nothing of, or doubts (a cough, a hum), lets the reply go on as before."""
-    heard = result.hearing is Hearing.HEARD and bool(result.text.strip())
-    return heard and not is_backchannel(result.text)
+    """Words Whisper wrote over the reply that are no listener's noise (the closed
+    class, `is_backchannel`): in the window, the caller's sentence going on, even where
+    it doubts them (a fragment heard alone often is). Speech it made no words of (a
+    cough, a breath) lets the reply go on as before."""
+    words = result.hearing is not Hearing.NOTHING and bool(result.text.strip())
+    return words and not is_backchannel(result.text)
 
 
 def _ms(samples: int) -> int:

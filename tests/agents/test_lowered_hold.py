@@ -162,6 +162,8 @@ def _rest_over_the_reply(rest: Hears, pause_ms: int = 1100) -> Outcome:
 def test_the_rest_of_a_sentence_over_the_reply_is_answered_with_its_first_half() -> None:
     # Heard alone, the rest is a word or two Whisper made of it: the bot stops and
     # answers the whole sentence, not its first half.
+    doubted = _rest_over_the_reply(Hears(99_000, "by", probability=0.1, hearing=Hearing.UNCLEAR))
+    assert doubted.of(Reopen) and not doubted.of(Resume), doubted.decisions
     out = _rest_over_the_reply(Hears(99_000, "by", probability=0.1))
     [reopen] = out.of(Reopen)
     assert reopen.reply_heard and reopen.restore and reopen.start == 0, out.decisions
@@ -175,9 +177,9 @@ def test_the_rest_of_a_sentence_over_the_reply_is_answered_with_its_first_half()
     assert whole.speech_ms >= 1500 + 400 - 100, out.decisions
 
 
-def test_a_noise_or_a_doubted_hum_right_after_the_answered_pause_lets_the_reply_go_on() -> None:
-    # A cough Whisper hears nothing in, or a hum it doubts: no words going on, and the
-    # reply is not restarted for it.
+def test_a_noise_right_after_the_answered_pause_lets_the_reply_go_on() -> None:
+    # A cough or a breath Whisper made no words of: nothing going on, and the reply is
+    # not restarted for it.
     for rest in (
         Hears(99_000, "", probability=0.1, hearing=Hearing.UNCLEAR),
         Hears(99_000, "", probability=0.1, hearing=Hearing.NOTHING),

@@ -733,4 +733,7 @@ async def test_the_duplex_backend_hears_the_rest_of_a_sentence_with_its_first_ha
     assert reopen.reply_heard and reopen.restore, out.decisions
     texts = [a.text for a in out.of(Answer)]
     assert texts == ["I would like to go", "I would like to go to the library."], out.decisions
+    # The first reply is withdrawn with the first half: the history is the whole
+    # sentence and the reply to it.
+    assert [m["role"] for m in messages if m["role"] != "system"] == ["user", "assistant"]
     assert [m["content"] for m in messages if m["role"] == "user"] == [texts[1]]
