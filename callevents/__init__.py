@@ -426,9 +426,9 @@ class BargeIn(CallEvent):
     turn_id: int = 0
     heard: str = ""
     truncated: bool = False
-    # Why it ended: barge_in (they talked on), short_interruption (words that take the
-    # turn), sentence_went_on (the rest of the sentence the reply answered), dtmf...
-    # (a held bot is cleared without a `clear` to Twilio, so this is where it is said).
+    # Why it ended (the cascade's): barge_in (they talked on), short_interruption (words
+    # that take the turn), sentence_went_on (the rest of the sentence the reply
+    # answered). A held bot is cleared without a `clear` to Twilio: this says it.
     reason: str = ""
 
 

@@ -409,10 +409,10 @@ class TurnEngine:
 
     def _carry_on(self, overlap: Overlap, out: list[Decision]) -> None:
         """Short speech right after the pause the bot answered into, said over the
-        reply's first words and not heard as a listener's noise: the caller's sentence
-        going on (the rest of it, which Whisper hears alone as a word or nothing). Let go
-        on, its words were dropped and the bot answered the first half; now the reply
-        is withdrawn and the turn is heard again whole, from its first words."""
+        reply's first words, with words that are no listener's noise: the caller's
+        sentence going on (the rest of it, which Whisper hears alone as a word or two).
+        Let go on, its words were dropped and the bot answered the first half; now the
+        reply is stopped, its turn withdrawn and heard again whole, from its first words."""
         said = self._answered.carry_on(overlap.start)
         stopped = overlap.stopped if overlap.stopped is not None else self.position
         out.append(Reopen(start=said.start, restore=True, reply_heard=True))

@@ -139,7 +139,7 @@ class Reopen:
     """The caller went on before the reply was heard: drop the reply. With `restore`,
     the turn it answered is withdrawn and the utterance continues from `start`.
     `reply_heard`: they went on over the reply's first words, which are stopped at the
-    caller's ear and withdrawn with it (the caller's whole sentence gets the answer)."""
+    caller's ear (the caller's whole sentence gets the answer)."""
 
     start: int
     restore: bool
