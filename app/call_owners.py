@@ -32,6 +32,7 @@ from typing import Any, Protocol, TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app.bounded_stop import cancel_within, finish_within
 from app.metrics import Metrics
 from app.redis_ledger import redis_client
 from app.settings import Settings
@@ -180,6 +181,7 @@ class RedisCallOwners:
         self.heartbeat_s = heartbeat_s
         self._here: set[str] = set()
         self._beat: asyncio.Task[None] | None = None
+        self._closing = False
         self._on_early: Callable[[str, list[EarlyReport]], None] = lambda sid, reports: None
         self._outage_since: float | None = None
         self._outage_logged = 0.0
@@ -259,22 +261,28 @@ class RedisCallOwners:
         self._beat = asyncio.create_task(self._heartbeat(), name="call-owners-heartbeat")
 
     async def aclose(self) -> None:
+        # Bounded, like the ledger's: a lost cancel or a hung close must not hang the
+        # gateway's shutdown (bounded_stop).
+        self._closing = True
         if self._beat is not None:
-            self._beat.cancel()
-            await asyncio.gather(self._beat, return_exceptions=True)
-        await self.client.aclose()
+            await cancel_within(self._beat, "The call owners' heartbeat")
+        await finish_within(self.client.aclose(), "Closing the call owners' Redis client")
 
     async def _heartbeat(self) -> None:
-        while True:
+        while not self._closing:  # not only the cancel, which an await can lose (bounded_stop)
             await asyncio.sleep(self.heartbeat_s)
             here = sorted(self._here)
             if not here:
                 continue
             # SET, not EXPIRE: a Redis restarted empty learns these calls again.
             await self._ask("owner_heartbeat", functools.partial(self._set_live, here))
+            if self._closing:
+                return
             # A report that raced the stream's start (kept after it was taken) is
             # delivered now, a beat late rather than never.
             for sid in here:
+                if self._closing:
+                    return
                 reports = await self.take_early(sid)
                 if reports and sid in self._here:
                     self._on_early(sid, reports)

@@ -24,7 +24,6 @@ Redis answers, both ledgers decide: a CallSid either one has seen stream is refu
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -36,6 +35,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from app.bounded_stop import cancel_within, finish_within
 from app.call_ledger import LocalCallLedger, Sighting
 from app.metrics import Metrics
 
@@ -122,6 +122,7 @@ class RedisCallLedger:
         self._writes: set[asyncio.Task[None]] = set()
         self._write_order = asyncio.Lock()  # FIFO: a call's `ended` never precedes its `live`
         self._heartbeat: asyncio.Task[None] | None = None
+        self._closing = False
         self._down_until = 0.0
         self._outage_since: float | None = None
         self._outage_logged = 0.0
@@ -187,13 +188,15 @@ class RedisCallLedger:
             self._heartbeat = asyncio.create_task(self._beat(), name="redis-heartbeat")
 
     async def aclose(self) -> None:
+        # Each step is bounded: a heartbeat that lost its cancel, or a close that never
+        # answers, must not hang the gateway's shutdown (bounded_stop).
+        self._closing = True
         if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
-        if self._writes:  # each is bounded by timeout_s
-            await asyncio.gather(*self._writes, return_exceptions=True)
-        await self.client.aclose()
+            await cancel_within(self._heartbeat, "The Redis ledger's heartbeat")
+        if self._writes:  # each is bounded by timeout_s, but they queue on one lock
+            writes = asyncio.gather(*self._writes, return_exceptions=True)
+            await finish_within(writes, "The Redis ledger's last writes")
+        await finish_within(self.client.aclose(), "Closing the Redis ledger's client")
 
     # --- writes that no call waits for ---------------------------------------------------
 
@@ -213,6 +216,8 @@ class RedisCallLedger:
             await pipe.execute()
 
     def _write(self, op: str, command: Callable[[], Awaitable[Any]]) -> None:
+        if self._closing:
+            return  # after aclose took its last writes: the local ledger has it
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -227,7 +232,7 @@ class RedisCallLedger:
         task.add_done_callback(self._writes.discard)
 
     async def _beat(self) -> None:
-        while True:
+        while not self._closing:  # not only the cancel, which an await can lose (bounded_stop)
             here = sorted(self._here)
             if here:
                 # SET, not EXPIRE: a Redis restarted empty learns these calls again.
@@ -239,6 +244,8 @@ class RedisCallLedger:
                 )
             else:
                 await self._ask("heartbeat", self.client.ping, decision=False, retry_now=True)
+            if self._closing:
+                return
             up = self._outage_since is None
             await asyncio.sleep(self.heartbeat_s if up else min(self.heartbeat_s, 1.0))
 
