@@ -427,8 +427,7 @@ class BargeIn(CallEvent):
     heard: str = ""
     truncated: bool = False
     # Why it ended (the cascade's): barge_in (they talked on), short_interruption (words
-    # that take the turn), sentence_went_on (the rest of the sentence the reply
-    # answered). A held bot is cleared without a `clear` to Twilio: this says it.
+    # that take the turn). A held bot is cleared without a `clear` to Twilio: this says it.
     reason: str = ""
 
 

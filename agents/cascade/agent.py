@@ -146,7 +146,6 @@ class CascadeAgent:
         self._response: asyncio.Task[None] | None = None
         self._response_turn: Turn | None = None
         self._response_audible = False
-        # The caller turn the latest reply answers: withdrawn should they go on with it.
         self._committed_turn: Turn | None = None
         self.draft_replies = draft_replies
         self.writer = ReplyWriter(
@@ -286,8 +285,6 @@ class CascadeAgent:
         engine = self.engine
         preroll = RATE * self.cfg.preroll_ms // 1000
         latest = engine.position - preroll - RATE // 2
-        if (carried := engine.carried_from) is not None:
-            latest = min(carried, latest)  # the answered turn, should it go on
         if engine.state in (TurnState.LISTENING, TurnState.BOT):
             return latest
         return min(engine.utterance_start, latest)
@@ -321,12 +318,7 @@ class CascadeAgent:
                     timing = self._timing(decision.end, decision.silence_ms)
                     self._start_response(timing, canned=self.reprompt, kind="reprompt")
                 case Reopen():
-                    if decision.reply_heard:
-                        # Stopped where the caller is; what they heard of it stays on
-                        # the record and in the history, before their whole sentence.
-                        await self._barge_in("sentence_went_on")
-                    else:
-                        await self._cancel_response(reason="caller_resumed")
+                    await self._cancel_response(reason="caller_resumed")
                     if decision.restore and self._committed_turn is not None:
                         self.conversation.drop(self._committed_turn)
                     self._committed_turn = None
@@ -582,6 +574,7 @@ class CascadeAgent:
         """A clause of the reply is queued for the caller."""
         if not self._response_audible:
             self._response_audible = True
+            self._committed_turn = None  # the caller's turn is now answered
             self.engine.reply_audible()
 
     def _llm_items(self, messages: list[Message]) -> AsyncIterator[str | ToolCall]:

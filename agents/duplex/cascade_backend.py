@@ -340,8 +340,6 @@ class CascadeDuplexBackend:
         self._position += samples
         engine = self.engine
         keep = engine.position - 2 * CALLER_RATE
-        if (carried := engine.carried_from) is not None:
-            keep = min(keep, carried)  # the answered turn, should it go on
         if engine.state not in (TurnState.LISTENING, TurnState.BOT):
             keep = min(keep, engine.utterance_start)
         self._evaluator.audio.keep_from(keep)
@@ -377,14 +375,6 @@ class CascadeDuplexBackend:
                     if self._reply is not None:
                         self._reply.cancel()
                         self._reply = None
-                    if decision.reply_heard:
-                        # The caller went on over the reply's first words: stop it, and
-                        # withdraw it with their turn, heard again whole. (Its history
-                        # entry can be the whole reply once written, not what was heard.)
-                        self._yield_turn()
-                        outcome.yielded = True
-                        while self._turns and self._turns[-1]["role"] == "assistant":
-                            self._turns.pop()
                     if decision.restore and self._turns and self._turns[-1]["role"] == "user":
                         self._turns.pop()
                     self.engine.reply_done()

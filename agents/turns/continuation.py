@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 
 from agents.turns.config import TurnTaking
 from agents.turns.judge import Said
-from agents.turns.overlap import RECENT_MS
 from agents.turns.protocol import Evaluation, Frame, Hearing
 from agents.turns.text import opens_an_interruption
 from callevents import CallEvent, PatienceRaised
@@ -51,10 +50,8 @@ class Continuation:
         self._resumed_at = None
 
     def forget(self) -> None:
-        """The answer played out, failed, or was answered some other way (a keypad entry:
-        nothing said over the reply goes on the answered turn any more)."""
+        """The answer played out, failed, or was answered some other way."""
         self.answered = None
-        self._continues = None
 
     def bot_heard(self, samples: int) -> None:
         if self.answered is not None:
@@ -99,35 +96,6 @@ class Continuation:
     def overlap_ended(self) -> None:
         """The speech over the bot did not take the floor."""
         self._continues = None
-
-    @property
-    def may_carry_on(self) -> bool:
-        """The speech over the reply now may go on the answered turn, and that turn's
-        audio is kept: it can be heard again whole (`carry_on`)."""
-        return self._continues is not None and self._continues.kept
-
-    @property
-    def keeps_from(self) -> int | None:
-        """Where the answered turn's audio begins, while speech over its reply may still
-        go on from it (the driver keeps that audio: `carry_on` hears the turn whole)."""
-        answered = self.answered
-        if self._continues is not None:
-            return self._continues.start if self._continues.kept else None
-        # An onset is dated back to the speech's start (as far as the engine's recent
-        # frames reach), and only the reply heard before it counts (speech_over_bot).
-        window = _samples(self.cfg.continuation_heard_ms + RECENT_MS)
-        if answered is not None and answered.kept and self._heard <= window:
-            return answered.start
-        return None
-
-    def carry_on(self, onset: int) -> Said:
-        """The speech over the reply that began at `onset` went on the answered turn,
-        which is returned: its reply is void, the turn is heard again whole, and the
-        pause the caller showed is learnt once its words say it goes on (`judged`)."""
-        continued = self._continues
-        assert continued is not None, "carry_on needs speech that may go on (may_go_on)"
-        self.took_floor(onset)
-        return continued
 
     def took_floor(self, onset: int) -> None:
         """The caller took the floor with speech that began at `onset`: if it may go on

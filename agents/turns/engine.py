@@ -386,12 +386,6 @@ class TurnEngine:
         assert overlap is not None
         speech_ms = _ms((overlap.stopped or self.position) - overlap.start)
         if lets_the_bot_go_on(result, speech_ms, self.cfg):
-            # Not a reply that ends or hands over the call (a farewell, a transfer's
-            # announcement): what it does is under way, and is not done twice.
-            carries = self._answered.may_carry_on and not self._last_reply
-            if carries and _words_going_on(result):
-                self._carry_on(overlap, out)
-                return
             self._result = None
             self._emit(Backchannel(speech_ms=speech_ms, text=result.text))
             words = result.hearing is Hearing.HEARD and not is_backchannel(result.text)
@@ -406,23 +400,6 @@ class TurnEngine:
             return
         # Words that are not a backchannel: the caller is taking the turn.
         self._interrupt("short_interruption", out)
-
-    def _carry_on(self, overlap: Overlap, out: list[Decision]) -> None:
-        """Short speech right after the pause the bot answered into, said over the
-        reply's first words, with words that are no listener's noise: the caller's
-        sentence going on (the rest of it, which Whisper hears alone as a word or two).
-        Let go on, its words were dropped and the bot answered the first half; now the
-        reply is stopped, its turn withdrawn and heard again whole, from its first words."""
-        said = self._answered.carry_on(overlap.start)
-        stopped = overlap.stopped if overlap.stopped is not None else self.position
-        out.append(Reopen(start=said.start, restore=True, reply_heard=True))
-        self._overlap = None
-        self._bot_busy = False
-        self._utterance_start = said.start
-        self._speech_in_turn += said.speech
-        self._speech_end = stopped
-        self._to(TurnState.CALLER)
-        self._evaluate(stopped, out)
 
     def _resume_after_pause(self, stopped: int, out: list[Decision]) -> None:
         """Resume a backchannel's held bot once the caller has been quiet long enough
@@ -464,13 +441,12 @@ class TurnEngine:
             return
         self._result = None
         self._emit_end_of_turn(result, silence_ms)
-        speech = self._speech_in_turn
-        speech_ms = _ms(speech)
+        speech_ms = _ms(self._speech_in_turn)
         start, end = self._utterance_start, result.end
         self._drop_utterance()
         heard = result.hearing is Hearing.HEARD
         if heard and result.text.strip():
-            self._commit(result.text.strip(), start, end, silence_ms, out, speech=speech)
+            self._commit(result.text.strip(), start, end, silence_ms, out)
         elif result.hearing is Hearing.UNCLEAR or (
             heard and speech_ms >= self.cfg.min_reprompt_speech_ms
         ):
@@ -497,13 +473,10 @@ class TurnEngine:
         out: list[Decision],
         *,
         reopens: bool = True,
-        speech: int = 0,
     ) -> None:
         """Answer the caller's turn. `reopens`: a caller going on before the reply is
-        heard continues this turn from `start` (its audio is still kept). `speech`:
-        samples of speech in it."""
-        said = Said(end=end, start=start, speech=speech, kept=reopens)
-        self._answered.answer(said, at=self.position)
+        heard continues this turn from `start` (its audio is still kept)."""
+        self._answered.answer(Said(end=end), at=self.position)
         out.append(
             Answer(
                 text=text, start=start, end=end, silence_ms=silence_ms, farewell=is_farewell(text)
@@ -595,12 +568,6 @@ class TurnEngine:
         return self._utterance_start
 
     @property
-    def carried_from(self) -> int | None:
-        """Where the answered turn's audio begins while speech over its reply may still
-        go on from it: a driver keeps the caller's audio from there (None: no need)."""
-        return self._answered.keeps_from
-
-    @property
     def holding(self) -> bool:
         return self.state in _HELD
 
@@ -617,15 +584,6 @@ class TurnEngine:
     def _emit(self, event: CallEvent) -> None:
         if self._emit_to is not None:
             self._emit_to(event)
-
-
-def _words_going_on(result: Evaluation) -> bool:
-    """Words Whisper wrote over the reply that are no listener's noise (the closed
-    class, `is_backchannel`): in the window, the caller's sentence going on, even where
-    it doubts them (a fragment heard alone often is). Speech it made no words of (a
-    cough, a breath) lets the reply go on as before."""
-    words = result.hearing is not Hearing.NOTHING and bool(result.text.strip())
-    return words and not is_backchannel(result.text)
 
 
 def _ms(samples: int) -> int:

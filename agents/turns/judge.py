@@ -31,11 +31,6 @@ class Said:
 
     end: int  # where its speech ended
     at: int = 0  # where it was answered
-    start: int = 0  # where its utterance began (preroll included)
-    speech: int = 0  # samples of speech in it, pauses excluded
-    # Its audio is kept while the reply begins: speech over the reply may carry it on
-    # (not words said over a reply's end, which the driver keeps less of).
-    kept: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,11 +11,9 @@ from agents.turns.config import TurnTaking
 from agents.turns.protocol import Evaluation, Frame, Hearing
 from agents.turns.text import takes_the_turn
 
-__all__ = ["RECENT_MS", "Overlap", "RecentFrames", "lets_the_bot_go_on"]
+__all__ = ["Overlap", "RecentFrames", "lets_the_bot_go_on"]
 
 RATE = 16000
-# The frames kept to date a late-reported onset back to where the speech began.
-RECENT_MS = 400
 
 
 @dataclass(slots=True)
@@ -96,7 +94,7 @@ class Overlap:
 class RecentFrames:
     """The last few frames: what a speech onset the detector reports late looked like."""
 
-    def __init__(self, keep_ms: int = RECENT_MS) -> None:
+    def __init__(self, keep_ms: int = 400) -> None:
         self._frames: deque[Frame] = deque()
         self._keep = _samples(keep_ms)
 

@@ -137,13 +137,10 @@ class Reprompt:
 @dataclass(frozen=True, slots=True)
 class Reopen:
     """The caller went on before the reply was heard: drop the reply. With `restore`,
-    the turn it answered is withdrawn and the utterance continues from `start`.
-    `reply_heard`: they went on over the reply's first words, which are stopped at the
-    caller's ear (the caller's whole sentence gets the answer)."""
+    the turn it answered is withdrawn and the utterance continues from `start`."""
 
     start: int
     restore: bool
-    reply_heard: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,16 +12,14 @@ from itertools import pairwise
 from agents.turns.engine import (
     Answer,
     Clear,
-    Evaluate,
     Hearing,
     Hold,
     Lower,
-    Reopen,
     Resume,
     Silence,
     TurnTaking,
 )
-from tests.agents.turn_script import Bot, Hears, Outcome, Quiet, Say, run
+from tests.agents.turn_script import Hears, Outcome, Quiet, Say, run
 
 QUESTION = "What time do you open tomorrow?"
 OVER_BOT_MS = 3000  # the caller's onset over the reply
@@ -141,80 +139,8 @@ def test_speech_right_after_the_answered_pause_is_not_played_into_when_it_stops(
     assert out.of(Hold) and out.of(Silence), out.decisions
     assert not out.of(Lower), out.decisions
     silenced = out.at(Silence)[0]
-    judged = (out.at(Resume) or out.at(Clear) or out.at(Reopen))[0]
+    judged = (out.at(Resume) or out.at(Clear))[0]
     assert out.heard_bot_between(silenced + 20, judged) == 0
-
-
-def _rest_over_the_reply(rest: Hears, pause_ms: int = 1100) -> Outcome:
-    """A caller answered 200 ms into their pause goes on over the reply `pause_ms` after
-    they stopped, for 400 ms; heard again whole, the sentence is one turn."""
-    return run(
-        [Say(1500), Quiet(pause_ms), Say(400)],
-        [
-            Hears(1600, "I would like to go", probability=0.6),
-            Hears(99_000, "I would like to go to the library.", probability=0.8, from_ms=0),
-            rest,
-        ],
-        config=LOWERED,
-    )
-
-
-def test_the_rest_of_a_sentence_over_the_reply_is_answered_with_its_first_half() -> None:
-    # Heard alone, the rest is a word or two Whisper made of it: the bot stops and
-    # answers the whole sentence, not its first half.
-    doubted = _rest_over_the_reply(Hears(99_000, "by", probability=0.1, hearing=Hearing.UNCLEAR))
-    assert doubted.of(Reopen) and not doubted.of(Resume), doubted.decisions
-    out = _rest_over_the_reply(Hears(99_000, "by", probability=0.1))
-    [reopen] = out.of(Reopen)
-    assert reopen.reply_heard and reopen.restore and reopen.start == 0, out.decisions
-    assert not out.of(Resume) and not out.of(Lower), out.decisions
-    answers = [a.text for a in out.of(Answer)]
-    assert answers == ["I would like to go", "I would like to go to the library."]
-    # Silent from the silence on: the reply is not heard again.
-    assert out.heard_bot_between(out.at(Silence)[0] + 20, out.at(Answer)[1]) == 0
-    # The turn heard again counts all its speech: 1.5 s, then 0.4 s.
-    [whole] = [e for e in out.of(Evaluate) if e.start == 0 and e.end > 1600 * 16]
-    assert whole.speech_ms >= 1500 + 400 - 100, out.decisions
-
-
-def test_a_noise_right_after_the_answered_pause_lets_the_reply_go_on() -> None:
-    # A cough or a breath Whisper made no words of: nothing going on, and the reply is
-    # not restarted for it.
-    for rest in (
-        Hears(99_000, "", probability=0.1, hearing=Hearing.UNCLEAR),
-        Hears(99_000, "", probability=0.1, hearing=Hearing.NOTHING),
-    ):
-        out = _rest_over_the_reply(rest)
-        assert out.of(Resume) and not out.of(Reopen), out.decisions
-        assert [a.text for a in out.of(Answer)] == ["I would like to go"]
-
-
-def test_a_listeners_noise_right_after_the_answered_pause_still_lets_the_reply_go_on() -> None:
-    out = _rest_over_the_reply(Hears(99_000, "Mhm.", probability=0.1))
-    assert out.of(Resume) and not out.of(Reopen), out.decisions
-    assert [a.text for a in out.of(Answer)] == ["I would like to go"]
-
-
-def test_a_reply_that_ends_the_call_is_not_withdrawn_for_the_rest() -> None:
-    # A farewell or a transfer's announcement: what it does is under way (a transfer
-    # sent to Twilio), and a second one is not what the caller wants.
-    out = run(
-        [Say(1500), Quiet(1100), Say(400)],
-        [
-            Hears(1600, "I would like to go", probability=0.6),
-            Hears(99_000, "by", probability=0.1),
-        ],
-        config=LOWERED,
-        bot=Bot(last=True),
-    )
-    assert not out.of(Reopen), out.decisions
-    assert [a.text for a in out.of(Answer)] == ["I would like to go"]
-
-
-def test_words_well_into_the_reply_are_no_rest_of_the_answered_sentence() -> None:
-    # 2 s after the caller stopped: past the window, a word to the reply goes on it.
-    out = _rest_over_the_reply(Hears(99_000, "by", probability=0.1), pause_ms=2000)
-    assert out.of(Resume) and not out.of(Reopen), out.decisions
 
 
 def test_the_same_speech_well_after_the_answered_pause_is_played_into_lowered() -> None:

@@ -665,55 +665,6 @@ async def test_a_reopened_turn_hands_every_frame_to_the_stt_once() -> None:
         assert frames == sorted(set(frames))
 
 
-async def test_the_rest_of_a_sentence_over_the_replys_first_words_is_answered_with_it() -> None:
-    # "A table | for two, please": answered in the pause, the caller goes on over the
-    # reply's first words. Heard alone, the rest is a word ("Two."), which would let the
-    # reply go on and drop it. The reply is stopped and withdrawn, and the whole
-    # sentence is heard from its first words and answered.
-    heard: list[np.ndarray] = []
-    rest_from = RATE * 900 // 1000  # the caller goes on after the reply began, ~0.9 s
-
-    def transcribe(audio_16k: np.ndarray) -> Transcript:
-        # Every sample holds its frame's position: the audio says what it covers.
-        heard.append(audio_16k)
-        first, last = float(audio_16k.min()), float(audio_16k.max())
-        if first >= rest_from:
-            return Transcript("Two.", no_speech_prob=0.0)
-        return Transcript("A table for two, please." if last >= rest_from else "A table", 0.0)
-
-    stt = SpeechToTextFake(transcribe)
-    async with call(stt=stt, llm=replying(REPLY, ["Two it is."])) as session:
-        await session.talk(600)
-        await session.pause(300)
-        await session.until(lambda: session.audio_sent() > 0, "the reply to be heard")
-        assert session.caller_turns() == ["A table"]
-        await session.pause(200)  # two of its words heard
-        await session.talk(400)
-        await session.pause(200)
-        await session.evaluated()  # the sentence, heard again whole
-        await session.pause(UNSURE_PAUSE_MS)
-        await session.bot_said("Two it is.")
-        # Stopped, not resumed: the caller's record says what of it they heard.
-        [stopped] = [fields for name, fields in session.events if name == "barge_in"]
-        assert stopped["reason"] == "sentence_went_on" and stopped["truncated"], stopped
-        said = stopped["heard"]
-        assert said and REPLY_TEXT.startswith(said), stopped
-        assert "resume" not in session.event_names()
-        # The first half's turn is withdrawn (its words are in the whole sentence); the
-        # reply stays as far as the caller heard it.
-        assert [(t.speaker, t.text) for t in session.conversation.turns] == [
-            (Speaker.BOT, said),
-            (Speaker.CALLER, "A table for two, please."),
-            (Speaker.BOT, "Two it is."),
-        ]
-        assert session.llm.prompts[1][1:] == [
-            {"role": "assistant", "content": said + " —"},
-            {"role": "user", "content": "A table for two, please."},
-        ]
-        # The sentence was heard again from its start: the first half's audio was kept.
-        assert float(heard[-1].min()) == 0.0 and float(heard[-1].max()) >= rest_from
-
-
 # --- the caller talks over the bot ---------------------------------------------------------
 
 

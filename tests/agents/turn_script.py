@@ -73,9 +73,6 @@ class Hears:
     probability: float = 0.1
     hearing: Hearing = Hearing.HEARD
     words: float | None = None  # the words judge's score (None: no words judge)
-    # Only for an utterance heard from this time or earlier (None: any): a turn heard
-    # again whole, from its first words, against its last words heard alone.
-    from_ms: int | None = None
 
 
 @dataclass
@@ -158,7 +155,7 @@ def run(
                 case Answer() | Reprompt():
                     reply(ms)
                 case Reopen():
-                    bot.held, bot.lowered, bot.remaining, bot.starts_at = False, False, 0, None
+                    bot.remaining, bot.starts_at = 0, None
                     engine.reply_done()
                 case Hold():
                     if config.hold_duck_db > 0:
@@ -212,7 +209,7 @@ def run(
         apply(ms, engine.frame(frame))
         while pending_eval and pending_eval[0][0] <= ms:
             _, ticket = pending_eval.pop(0)
-            rule = _rule(hears, ticket.end * 1000 // RATE, ticket.start * 1000 // RATE)
+            rule = _rule(hears, ticket.end * 1000 // RATE)
             result = Evaluation(
                 end=ticket.end,
                 probability=rule.probability,
@@ -225,9 +222,9 @@ def run(
     return out
 
 
-def _rule(hears: list[Hears], end_ms: int, start_ms: int = 0) -> Hears:
+def _rule(hears: list[Hears], end_ms: int) -> Hears:
     for rule in hears:
-        if end_ms <= rule.until_ms and (rule.from_ms is None or start_ms <= rule.from_ms):
+        if end_ms <= rule.until_ms:
             return rule
     return hears[-1]
 
@@ -283,7 +280,6 @@ async def run_duplex(
     bot: Bot | None = None,
     unit_ms: int = 200,
     tail_ms: int = 4000,
-    messages_out: list[dict[str, str]] | None = None,
 ) -> Outcome:
     """Drive CascadeDuplexBackend with the script: the caller's audio in units with the
     gateway's speech windows, fakes that answer by the script. Decisions are read off the
@@ -299,12 +295,9 @@ async def run_duplex(
     def end_ms(audio: np.ndarray) -> int:
         return int((float(audio.max()) + 1) * 1000 // RATE) if audio.size else 0
 
-    def start_ms(audio: np.ndarray) -> int:
-        return int(float(audio.min()) * 1000 // RATE) if audio.size else 0
-
     class Stt:
         def transcribe(self, audio: np.ndarray) -> Transcript:
-            rule = _rule(hears, end_ms(audio), start_ms(audio))
+            rule = _rule(hears, end_ms(audio))
             # Evidence that `assess` reads as the rule's verdict.
             no_speech = 0.9 if rule.hearing is Hearing.NOTHING else 0.0
             logprob = -0.2 if rule.hearing is Hearing.HEARD else -3.0
@@ -312,7 +305,7 @@ async def run_duplex(
 
     class EndOfTurn:
         def predict(self, audio: np.ndarray) -> float:
-            return _rule(hears, end_ms(audio), start_ms(audio)).probability
+            return _rule(hears, end_ms(audio)).probability
 
     class Tts:
         sample_rate = RATE
@@ -362,8 +355,6 @@ async def run_duplex(
         ]
         await backend.process_unit(audio, probs)
         position += unit
-    if messages_out is not None:  # the LLM's history as the call ends
-        messages_out.extend(dict(m) for m in backend.messages)
     return out
 
 

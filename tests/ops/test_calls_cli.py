@@ -290,13 +290,13 @@ def test_show_lists_what_went_wrong_or_was_cut_short(
 def test_show_says_why_a_barge_in_stopped_the_bot(
     data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    stopped = BargeIn(turn_id=5, heard="", truncated=True, reason="sentence_went_on")
+    stopped = BargeIn(turn_id=5, heard="", truncated=True, reason="short_interruption")
     _append(data_dir, "CAold", (4500.0, stopped))
 
     assert calls(data_dir, "show", "CAold") == 0
 
     rows = [row for row in _rows(capsys.readouterr().out, "barge_in") if "turn 5" in row]
-    assert rows and "caller interrupted bot turn 5 (sentence_went_on)" in rows[0]
+    assert rows and "caller interrupted bot turn 5 (short_interruption)" in rows[0]
 
 
 def test_show_leaves_out_holds_that_resumed_and_everyday_turn_taking(
