@@ -66,6 +66,19 @@ def shutdown_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "app.bounded_stop"]
 
 
+async def closes_within_the_bound_without(
+    gateway: RedisCallLedger, step: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`aclose` ends within the bound, leaving behind the one step named, and says so."""
+    began = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="app.bounded_stop"):
+        await gateway.aclose()
+    assert time.monotonic() - began < STOP_S + 0.5
+    assert shutdown_warnings(caplog) == [
+        f"{step} did not end within {STOP_S:.1f} s at shutdown; going on without it"
+    ]
+
+
 @pytest.mark.parametrize("ping", FAULTS)
 async def test_the_ledger_stops_its_heartbeat_whatever_became_of_the_cancel(
     redis_url: str, caplog: pytest.LogCaptureFixture, ping: Command
@@ -93,14 +106,7 @@ async def test_a_client_close_that_never_ends_costs_the_ledger_at_most_the_bound
     gateway.client.aclose = close_that_never_ends  # type: ignore[method-assign,assignment]
     try:
         await gateway.start()
-        began = time.monotonic()
-        with caplog.at_level(logging.WARNING, logger="app.bounded_stop"):
-            await gateway.aclose()
-        assert time.monotonic() - began < STOP_S + 0.5
-        assert shutdown_warnings(caplog) == [
-            f"Closing the Redis ledger's client did not end within {STOP_S:.1f} s at"
-            " shutdown; going on without it"
-        ]
+        await closes_within_the_bound_without(gateway, "Closing the Redis ledger's client", caplog)
     finally:
         await real_close()
 
@@ -115,14 +121,7 @@ async def test_writes_that_never_end_cost_the_ledger_at_most_the_bound(
 
     gateway._mark_live = mark_live_that_never_ends  # type: ignore[method-assign]
     gateway.live("CA" + secrets.token_hex(16))
-    began = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="app.bounded_stop"):
-        await gateway.aclose()
-    assert time.monotonic() - began < STOP_S + 0.5
-    assert shutdown_warnings(caplog) == [
-        f"The Redis ledger's last writes did not end within {STOP_S:.1f} s at shutdown;"
-        " going on without it"
-    ]
+    await closes_within_the_bound_without(gateway, "The Redis ledger's last writes", caplog)
 
 
 @pytest.mark.parametrize("write", FAULTS)
