@@ -3,8 +3,9 @@
 On Python 3.11, `asyncio.wait_for` returns its result when a cancel lands in the loop
 turn after the awaited work finished (CPython gh-86296), and redis-py sends every
 command through it: a heartbeat cancelled then goes on beating. Once, in CI, a ledger's
-`aclose` waited on such a heartbeat until the test's 300 s timeout. So each shutdown
-step gets a bound, and a step that outlives it is logged by name and left behind.
+`aclose` waited until the test's 300 s timeout, probably on such a heartbeat (not
+reproduced). So each shutdown step gets a bound, and a step that outlives it is logged
+by name and left behind.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ async def finish_within(work: Awaitable[Any], what: str, within_s: float = STOP_
     """Wait for `work` at most `within_s`, then go on; its failure is logged, not raised:
     at shutdown no one is left to handle it."""
     task = asyncio.ensure_future(work)
+    task.add_done_callback(_log_failure(what))
     # asyncio.wait, not wait_for or timeout: on 3.11 both of those wait for the cancelled
     # work to end, which is the hang this bounds.
     try:
@@ -30,7 +32,6 @@ async def finish_within(work: Awaitable[Any], what: str, within_s: float = STOP_
     except asyncio.CancelledError:
         task.cancel()  # our caller gave up: the step is not left running unseen
         raise
-    task.add_done_callback(_log_failure(what))
     if not done:
         task.cancel()
         log.warning("%s did not end within %.1f s at shutdown; going on without it", what, within_s)

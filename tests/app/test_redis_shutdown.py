@@ -4,8 +4,9 @@ On Python 3.11 a cancel can be lost inside redis-py (its writes go through
 `asyncio.wait_for`, which returns the result when the cancel lands just after the write
 finished: CPython gh-86296), and a client can turn one into an error. A heartbeat that
 only listened for the cancel beat on, and its service's `aclose` waited for ever (once,
-in CI, until the test's 300 s timeout). The clients here talk to a real redis-server;
-each fault is put into the one command or close a test is about.
+in CI, a ledger's waited until the test's 300 s timeout, probably so). The clients here
+talk to a real redis-server; each fault is put into the one command or close a test is
+about.
 """
 
 from __future__ import annotations
