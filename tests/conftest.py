@@ -11,6 +11,7 @@ import asyncio
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -64,6 +65,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "models" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def scratch_under_pytest_temp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every scratch folder the session makes (the bots' data and call records, the
+    redis-servers' and SeaweedFS's work and logs, in this process or a child) goes under
+    pytest's own temporary folder, which pytest prunes to the last three sessions. Made
+    in /tmp, they outlived the run: one CI run left ~190 folders of call records behind,
+    up to 13 MB each."""
+    scratch = tmp_path_factory.mktemp("scratch", numbered=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tempfile, "tempdir", str(scratch))
+        patch.setenv("TMPDIR", str(scratch))
+        yield scratch
 
 
 @pytest.fixture(scope="session")
