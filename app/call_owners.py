@@ -32,7 +32,7 @@ from typing import Any, Protocol, TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from app.bounded_stop import cancel_within, finish_within
+from agents.bounded_stop import cancel_within, finish_within
 from app.metrics import Metrics
 from app.redis_ledger import redis_client
 from app.settings import Settings

@@ -35,7 +35,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from app.bounded_stop import cancel_within, finish_within
+from agents.bounded_stop import cancel_within, finish_within
 from app.call_ledger import LocalCallLedger, Sighting
 from app.metrics import Metrics
 

@@ -35,7 +35,6 @@ workers are not counted here, since every gateway would count the same ones.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import Callable
@@ -45,6 +44,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from agents.bounded_stop import cancel_within, finish_within
 from agents.duplex.pool import (
     FallbackReason,
     Lease,
@@ -298,19 +298,17 @@ class SharedWorkerPool:
                 log.info("lease on %s ended underneath its call (Redis restarted?)", url)
 
     async def aclose(self) -> None:
-        """Stop renewing, finish pending lease deletions, close the client."""
+        """Stop renewing, finish pending lease deletions, close the client: each step
+        bounded, so a gateway's shutdown never waits on Redis (agents.bounded_stop)."""
         self._closed = True
         renewer, self._renewer = self._renewer, None
         if renewer is not None:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
+            await cancel_within(renewer, "The worker pool's lease renewer")
         for worker, _ in list(self._held.values()):
             self._forget(worker)
         if self._releases:
             await asyncio.wait(set(self._releases), timeout=COMMAND_TIMEOUT_S)
-        with contextlib.suppress(*RedisFailure):
-            await self.redis.aclose()
+        await finish_within(self.redis.aclose(), "Closing the worker pool's Redis client")
         self._publish()
 
     async def __aenter__(self) -> SharedWorkerPool:

@@ -12,6 +12,7 @@ about.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -20,7 +21,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from app.bounded_stop import STOP_S
+from agents.bounded_stop import STOP_S
+from agents.duplex.shared_pool import SharedWorkerPool
 from app.call_ledger import LocalCallLedger
 from app.call_owners import RedisCallOwners
 from app.metrics import Metrics
@@ -64,7 +66,7 @@ def ledger(url: str) -> RedisCallLedger:
 
 
 def shutdown_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "app.bounded_stop"]
+    return [r.getMessage() for r in caplog.records if r.name == "agents.bounded_stop"]
 
 
 async def closes_within_the_bound_without(
@@ -72,7 +74,7 @@ async def closes_within_the_bound_without(
 ) -> None:
     """`aclose` ends within the bound, leaving behind the one step named, and says so."""
     began = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="app.bounded_stop"):
+    with caplog.at_level(logging.WARNING, logger="agents.bounded_stop"):
         await gateway.aclose()
     assert time.monotonic() - began < STOP_S + 0.5
     assert shutdown_warnings(caplog) == [
@@ -89,7 +91,7 @@ async def test_the_ledger_stops_its_heartbeat_whatever_became_of_the_cancel(
     await gateway.start()
     await asyncio.sleep(0.1)  # the heartbeat waits on its ping
     began = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="app.bounded_stop"):
+    with caplog.at_level(logging.WARNING, logger="agents.bounded_stop"):
         await gateway.aclose()
     assert time.monotonic() - began < STOP_S / 2, "the heartbeat ends itself, not the bound"
     assert shutdown_warnings(caplog) == []
@@ -146,7 +148,43 @@ async def test_the_call_owners_stop_their_heartbeat_whatever_became_of_the_cance
     await owners.start(lambda sid, reports: None)
     await asyncio.sleep(0.1)
     began = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="app.bounded_stop"):
+    with caplog.at_level(logging.WARNING, logger="agents.bounded_stop"):
         await owners.aclose()
     assert time.monotonic() - began < STOP_S / 2, "the heartbeat ends itself, not the bound"
     assert shutdown_warnings(caplog) == []
+
+
+async def test_a_worker_pool_whose_renewer_and_client_never_end_closes_within_the_bounds(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = SharedWorkerPool(
+        redis_client(redis_url), gateway_id="gateway-a", prefix=f"t{secrets.token_hex(4)}:"
+    )
+    real_close = pool.redis.aclose
+    let_go = asyncio.Event()  # at the test's end, so the loop can close
+
+    async def renew_that_never_ends() -> None:
+        while not let_go.is_set():  # a client that swallows every cancel
+            with contextlib.suppress(asyncio.CancelledError):
+                await let_go.wait()
+
+    async def close_that_never_ends() -> None:
+        await let_go.wait()
+
+    pool._renew_loop = renew_that_never_ends  # type: ignore[method-assign]
+    pool.redis.aclose = close_that_never_ends  # type: ignore[method-assign,assignment]
+    try:
+        await pool.start()
+        await asyncio.sleep(0.05)
+        began = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="agents.bounded_stop"):
+            await pool.aclose()
+        assert time.monotonic() - began < 2 * STOP_S + 0.5
+        steps = ("The worker pool's lease renewer", "Closing the worker pool's Redis client")
+        assert shutdown_warnings(caplog) == [
+            f"{step} did not end within {STOP_S:.1f} s at shutdown; going on without it"
+            for step in steps
+        ]
+    finally:
+        let_go.set()
+        await real_close()

@@ -5,7 +5,8 @@ turn after the awaited work finished (CPython gh-86296), and redis-py sends ever
 command through it: a heartbeat cancelled then goes on beating. Once, in CI, a ledger's
 `aclose` waited until the test's 300 s timeout, probably on such a heartbeat (not
 reproduced). So each shutdown step gets a bound, and a step that outlives it is logged
-by name and left behind.
+by name and left behind. Here, below both of its users: the gateway's Redis-backed
+services (app) and the shared duplex worker pool (agents.duplex.shared_pool).
 """
 
 from __future__ import annotations
