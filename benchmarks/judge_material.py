@@ -80,6 +80,11 @@ class Spoken:
     pause_end: int
 
 
+# A caller's line says this much at least: fewer words ("Yes.", "Oh, right.") are what a
+# listener says back, not a turn or an interruption to measure.
+MIN_LINE_WORDS: Final = 3
+
+
 def corpus_pairs() -> list[tuple[str, str]]:
     """(bot line, caller line) from every English dialogue of chatterbot-corpus."""
     import chatterbot_corpus  # the dev dependency: benchmarks only
@@ -93,7 +98,7 @@ def corpus_pairs() -> list[tuple[str, str]]:
             lines = [str(line).strip() for line in dialogue if str(line).strip()]
             for before, line in itertools.pairwise(lines):
                 words = line.split()
-                if 3 <= len(words) <= 24 and _SPEAKABLE.match(line):
+                if MIN_LINE_WORDS <= len(words) <= 24 and _SPEAKABLE.match(line):
                     pairs.append((before, line))
     return sorted(set(pairs))
 

@@ -114,6 +114,33 @@ def test_an_utterance_of_several_sentences_is_never_paused() -> None:
     )
 
 
+def _short_ones_a_yes(clip: np.ndarray) -> Heard:
+    """A listener that hears "Yes." in each clip under 2 s, a line in the others."""
+    if clip.size < 2 * 8000:
+        return Heard("Yes.")
+    return Heard("It was the best of times, it was the worst of times.")
+
+
+def test_a_recorded_caller_interrupts_with_a_lines_words_never_with_a_yes() -> None:
+    recordings = Recordings(hear=_short_ones_a_yes)
+    text_of = {(u.clip.recording, u.clip.start_ms): u.text for u in recordings.utterances}
+    assert "Yes." in text_of.values()
+    scripts = [
+        s
+        for seed in range(4)
+        for s in corpus_scripts(seed, 12, recordings, recorded_share=1.0, over_every_reply=True)
+    ]
+    spoken = [say.parts[0] for s in scripts for say in s.turns if isinstance(say.parts[0], Clip)]
+    assert any(text_of[(c.recording, c.start_ms)] == "Yes." for c in spoken), "still said"
+    interrupting = [
+        say.parts[0] for s in scripts for say in s.turns if say.kind is Kind.INTERRUPTION
+    ]
+    assert interrupting
+    for clip in interrupting:
+        assert isinstance(clip, Clip)
+        assert len(text_of[(clip.recording, clip.start_ms)].split()) >= 3
+
+
 def test_what_the_listener_hears_decides_which_utterances_may_be_paused() -> None:
     one = Recordings(hear=lambda clip: Heard("It was the best of times, it was the worst."))
     # Two sentences, the first ending where the reader did not stop: said whole.
