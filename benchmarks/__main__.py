@@ -55,11 +55,16 @@ them. From a source checkout, with the dev dependencies: benchmarks are not inst
                                       which it talks over (benchmarks/held_words.py)
     python -m benchmarks hotwords     names callers say, heard with and without
                                       STT_HOTWORDS (benchmarks/hotwords.py)
+    python -m benchmarks turns-compare two `turns --corpus` runs on one seed, measure
+                                      by measure, with a paired bootstrap's 95 %
+                                      interval of each difference
+                                      (benchmarks/turns/compare.py)
 
 Each prints a table; `--json PATH` also writes the figures, under a "provenance" block
 with the commit, date, machine, options and non-default settings of the run
-(benchmarks/provenance.py). `stt-evidence`, `llama-build`, `judge`, `judge-people` and
-`held-words` and `hotwords` take their own arguments (`python -m benchmarks judge --help`).
+(benchmarks/provenance.py). `stt-evidence`, `llama-build`, `judge`, `judge-people`,
+`held-words`, `hotwords` and `turns-compare` take their own arguments
+(`python -m benchmarks judge --help`).
 `turns --corpus N` replaces the scripts with N calls made fresh from chatterbot-corpus,
 a quarter of them people recorded (moonshine-voice's recordings), in a tuning and a
 held-out half.
@@ -81,6 +86,10 @@ OWN_ARGUMENTS = {
     "judge-people": ("benchmarks.judge_people", "turn judges at recorded people's own pauses"),
     "held-words": ("benchmarks.held_words", "short words over the bot: go on or stop"),
     "hotwords": ("benchmarks.hotwords", "names callers say, with and without STT_HOTWORDS"),
+    "turns-compare": (
+        "benchmarks.turns.compare",
+        "two `turns --corpus` runs on one seed: differences beyond chance",
+    ),
 }
 
 

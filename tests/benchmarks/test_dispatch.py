@@ -21,10 +21,10 @@ from benchmarks.provenance import (
 )
 
 # What `offhook bench --help` offered, the scripts with their own arguments, the turn
-# judges on fresh corpus speech, and the cluster on one box.
+# judges on fresh corpus speech, the cluster on one box, and the comparison of turns runs.
 NAMES = {"call", "frontend", "recorder", "units", "takeover", "pool", "hearing", "stt"}
 NAMES |= {"turns", "lanes", "soak", "abuse", "llm", "stt-evidence", "llama-build", "judge"}
-NAMES |= {"cluster", "held-words", "judge-people", "llama-beside", "hotwords"}
+NAMES |= {"cluster", "held-words", "judge-people", "llama-beside", "hotwords", "turns-compare"}
 
 
 def _commands() -> set[str]:
