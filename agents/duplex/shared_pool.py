@@ -307,7 +307,8 @@ class SharedWorkerPool:
         for worker, _ in list(self._held.values()):
             self._forget(worker)
         if self._releases:
-            await asyncio.wait(set(self._releases), timeout=COMMAND_TIMEOUT_S)
+            deletions = asyncio.gather(*self._releases)
+            await finish_within(deletions, "The worker pool's lease deletions")
         await finish_within(self.redis.aclose(), "Closing the worker pool's Redis client")
         self._publish()
 
