@@ -17,7 +17,8 @@ the Piper voice's (the recordings hold none).
 Over the bot's reply to one of its first three lines, most calls also speak once more:
 a backchannel, or another corpus line that interrupts, at a random point of the reply
 (while enough of it is still to come to tell a stop from its end). An interruption has
-a line's words at least (three), recorded or not: a "Yes." is a backchannel. With
+a line's words at least (three), recorded or not (where a recorded call has such an
+utterance): a "Yes." is a backchannel. With
 `--over-every-reply`, every call speaks over each reply to its first three lines, for
 three times as many to measure. Backchannels are the
 commonest forms of the Switchboard corpus's "acknowledge (backchannel)" act (Jurafsky,
@@ -159,7 +160,7 @@ def corpus_scripts(
             if len(unused) < per_call:
                 unused = list(people.permutation(len(utterances)))
             said = _interruptions_with_words(
-                [utterances[int(unused.pop())] for _ in range(per_call)]
+                [utterances[int(unused.pop())] for _ in range(per_call)], spoken=len(at)
             )
             turns = [_recorded_line(people, u) for u in said[:TURNS_PER_CALL]]
             spoken_over = said[TURNS_PER_CALL:]
@@ -170,15 +171,17 @@ def corpus_scripts(
     return scripts
 
 
-def _interruptions_with_words(said: list[Utterance]) -> list[Utterance]:
+def _interruptions_with_words(said: list[Utterance], *, spoken: int) -> list[Utterance]:
     """A recorded call's utterances (its lines, then those it may say over replies), with
-    a line's words at least in each spoken-over place, as the synthesised callers'
-    interruptions have (MIN_LINE_WORDS): swapped with the call's last line that has them,
-    where there is one. A recorded "Yes." drawn as an interruption was scored as one the
-    bot did not stop for when it went on over it, as over any backchannel: seconds of
-    "bot audio after an interruption", the run's p90 (docs/benchmarks.md)."""
+    a line's words at least (MIN_LINE_WORDS, as the synthesised callers' interruptions
+    have) in each of the first `spoken` places over a reply, the ones said: swapped with
+    the call's last line that has them, where it has one. (A place whose draw turns out a
+    backchannel says a synthesised word instead.) A recorded "Yes." drawn as an
+    interruption was scored as one the bot did not stop for when it went on over it, as
+    over any backchannel: seconds of "bot audio after an interruption", the p90 of seed
+    374900's runs (docs/benchmarks.md)."""
     lines, over = said[:TURNS_PER_CALL], said[TURNS_PER_CALL:]
-    for i, utterance in enumerate(over):
+    for i, utterance in enumerate(over[:spoken]):
         if _words(utterance) >= MIN_LINE_WORDS:
             continue
         long_enough = [j for j, line in enumerate(lines) if _words(line) >= MIN_LINE_WORDS]
