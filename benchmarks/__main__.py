@@ -55,9 +55,10 @@ them. From a source checkout, with the dev dependencies: benchmarks are not inst
                                       which it talks over (benchmarks/held_words.py)
     python -m benchmarks hotwords     names callers say, heard with and without
                                       STT_HOTWORDS (benchmarks/hotwords.py)
-    python -m benchmarks turns-compare two `turns --corpus` runs on one seed, measure
-                                      by measure, with a paired bootstrap's 95 %
-                                      interval of each difference
+    python -m benchmarks turns-compare
+                                      `turns --corpus` runs of one seed, two sides of
+                                      one or more runs each, measure by measure, with a
+                                      bootstrap's 95 % interval of each difference
                                       (benchmarks/turns/compare.py)
 
 Each prints a table; `--json PATH` also writes the figures, under a "provenance" block
@@ -88,7 +89,7 @@ OWN_ARGUMENTS = {
     "hotwords": ("benchmarks.hotwords", "names callers say, with and without STT_HOTWORDS"),
     "turns-compare": (
         "benchmarks.turns.compare",
-        "two `turns --corpus` runs on one seed: differences beyond chance",
+        "`turns --corpus` runs of one seed, two sides: differences beyond chance",
     ),
 }
 

@@ -4,22 +4,28 @@ change), measure by measure, with how far apart the sides could be by chance.
 
 One run's figures move between runs of the same code on the same seed: main's turn
 taking twice on seed 374900 gave a clean mouth-to-mouth p50 of 660 and 864 ms and 9 and
-11 cut-offs in 30 pauses (docs/benchmarks.md), and three keep-or-revert decisions were
-taken on differences smaller than that. So each measure gets the mean of each side's
-runs, and its difference (other - base) a 95 % interval from a bootstrap: each draw
-takes the half's calls with replacement, paired (a call is its script on every line,
-and both sides' outcomes of it are drawn together), and one run of each side at random.
-A difference whose interval holds 0 is not shown by the runs.
+11 cut-offs in 30 pauses (docs/benchmarks.md). The carry-on of a sentence over the
+reply's first words was adopted on one pair of runs and reverted on two more (seeds
+998271 and 374900), each time on differences smaller than that. So each measure gets
+the mean of each side's runs, and their difference (other - base) a 95 % interval from
+a bootstrap: each draw takes the half's calls with replacement, paired (a call is its
+script on every line, and both sides' outcomes of it are drawn together), and one run
+of each side at random. The interval is thus that of one run against one run: wider
+than the means' own, on the cautious side. A difference whose interval holds 0 is not
+shown by the runs.
 
-The calls hold how much a measure moves with which calls the half happens to hold (six
-in a half, so the intervals are wide). The runs hold what no resampling of calls can: a
-shift that every call of a run shares, the box slower in one run than in another (main's
-turn taking, re-run on seed 374900, came out 160 ms slower turn by turn, median, and
-with one run a side this compare calls that mouth-to-mouth difference shown). So give
-each side two runs or more, the sides' runs alternating in time (A, B, A, B).
+The calls hold how much a measure moves with which calls the half happens to hold. With
+six calls in a half a percentile bootstrap's interval is rough, and if anything too
+narrow. The runs hold what no resampling of calls can: a shift that every call of a run
+shares, the box slower in one run than in another (main's turn taking, re-run on seed
+374900, came out slower on the clean line turn by turn, the median turn +160 ms over
+both halves, with 7 underruns against none; with one run a side this compare calls its
++204 ms of held-out clean p50 shown). So give each side two runs or more, the sides'
+runs alternating in time (A, B, A, B).
 
 Each measure is computed by the bench's own `table_rows`, mouth to mouth on the clean
-line, as in the runs' tables.
+line, as in the runs' tables. Runs are the same calls when their seed, scripts, lines,
+voices and halves agree and each call's turns say the same.
 """
 
 from __future__ import annotations
@@ -68,6 +74,14 @@ Run = Mapping[str, Any]
 Calls = dict[str, list[tuple[str, Tally]]]  # script -> (line, tally) on each line
 
 
+def _said(run: Run) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """What each call's caller said, turn by turn: (kind, words or clip)."""
+    return {
+        (call["script"], call["line"]): [(t["kind"], t["text"]) for t in call["turns"]]
+        for call in run["calls"]
+    }
+
+
 def _calls(run: Run, half: str) -> Calls:
     halves: Mapping[str, str] = run["halves"]
     by_script: Calls = {}
@@ -79,7 +93,9 @@ def _calls(run: Run, half: str) -> Calls:
     return by_script
 
 
-def _values(calls: Sequence[list[tuple[str, Tally]]], concurrent: int) -> dict[str, Any]:
+def _values(
+    calls: Sequence[list[tuple[str, Tally]]], concurrent: int
+) -> dict[str, tuple[str, float | None]]:
     """The target rows' (target, value) over `calls`, as the bench's tables compute them."""
     tally = Tally()
     latencies: list[float] = []
@@ -114,11 +130,17 @@ def compare(
     each side, one of its runs."""
     if not base or not other:
         raise SystemExit("turns-compare: a run at least on each side")
+    if draws < 1:
+        raise SystemExit("turns-compare: --draws must be 1 or more")
     first = base[0]
+    said = _said(first)
     for run in [*base, *other]:
         for key in SAME_CALLS:
             if run.get(key) != first.get(key):
                 raise SystemExit(f"turns-compare: not the same calls: the runs' {key!r} differ")
+        if _said(run) != said:
+            # The same seed draws other recorded calls across some bench changes.
+            raise SystemExit("turns-compare: not the same calls: their callers say other things")
         if run.get("concurrent_calls") != first.get("concurrent_calls"):
             raise SystemExit("turns-compare: the runs placed different numbers of calls at once")
     concurrent = int(first.get("concurrent_calls") or 1)
@@ -199,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         result = {
             "half": args.half,
             "draws": args.draws,
-            "seed": sides[0][0]["seed"],
+            "seed": sides[0][0].get("seed"),
             **{
                 name: [
                     {"path": str(path), "commit": run.get("provenance", {}).get("commit")}

@@ -17,7 +17,9 @@ SCRIPTS = [f"corpus-{i:02d}" for i in range(12)]
 HELD_OUT = [s for i, s in enumerate(SCRIPTS) if i % 2]
 
 
-def run(cut_offs: dict[str, int] | None = None, *, seed: int = 7) -> dict[str, Any]:
+def run(
+    cut_offs: dict[str, int] | None = None, *, seed: int = 7, says: str = "Where is it?"
+) -> dict[str, Any]:
     """A `turns --corpus --json` result: each call 3 pauses, answered on every line."""
     calls = []
     for script in SCRIPTS:
@@ -30,7 +32,8 @@ def run(cut_offs: dict[str, int] | None = None, *, seed: int = 7) -> dict[str, A
                 cut_offs=(cut_offs or {}).get(script, 0),
                 latencies_ms=[600.0, 700.0, 650.0, 900.0],
             )
-            calls.append({"line": line, "script": script, "tally": asdict(tally)})
+            turns = [{"kind": "question", "text": says}]
+            calls.append({"line": line, "script": script, "tally": asdict(tally), "turns": turns})
     return {
         "seed": seed,
         "scripts": SCRIPTS,
@@ -96,6 +99,9 @@ def test_each_side_needs_a_run() -> None:
 def test_runs_of_other_calls_are_refused() -> None:
     with pytest.raises(SystemExit, match="'seed' differ"):
         compare([run(seed=7)], [run(seed=8)])
+    # One seed, but a bench that draws other recorded calls from it.
+    with pytest.raises(SystemExit, match="callers say other things"):
+        compare([run(), run()], [run(says="[endgame_nagg_nell 3.84-4.22 s]")])
 
 
 def test_the_command_prints_the_table_and_writes_the_differences(
