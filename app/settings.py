@@ -252,6 +252,14 @@ class Settings:
         "the lowered bot until they stop (it may be an interruption); it plays on lowered "
         "while their words are judged. 0 keeps it lowered throughout.",
     )
+    hold_quiet_lowers_ms: int = env_field(
+        "HOLD_QUIET_LOWERS_MS",
+        60,
+        "With HOLD_LOWERED_MS, a bot silenced under a caller plays on lowered once they "
+        "have been this quiet (under a caller's level), not ~150 ms after their last word "
+        "when speech detection calls it; quiet gaps inside words are shorter. 0 waits for "
+        "speech detection.",
+    )
     echo_margin_db: float = env_field(
         "ECHO_MARGIN_DB",
         12.0,

@@ -98,6 +98,8 @@ def check_values(s: Settings) -> None:
         raise SettingsError(f"HOLD_DUCK_DB must be within 0..{MAX_DUCK_DB:g}, got {s.hold_duck_db}")
     if s.hold_lowered_ms < 0:
         raise SettingsError(f"HOLD_LOWERED_MS must be 0 or more, got {s.hold_lowered_ms}")
+    if s.hold_quiet_lowers_ms < 0:
+        raise SettingsError(f"HOLD_QUIET_LOWERS_MS must be 0 or more, got {s.hold_quiet_lowers_ms}")
     if s.llm_base_url and not s.llm_model:
         raise SettingsError("LLM_MODEL must name a model when LLM_BASE_URL is set")
     if s.max_call_s <= 0 or s.media_timeout_s <= 0:

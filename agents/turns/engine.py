@@ -313,6 +313,10 @@ class TurnEngine:
             elif overlap.silences(self.position, self.cfg):
                 overlap.silenced = True
                 out.append(Silence())
+            elif overlap.fell_quiet(self.position, self.cfg):
+                # As at the stop speech detection calls later (`_on_stop`).
+                if not self._answered.may_go_on and overlap.lowers_again():
+                    out.append(Lower())
 
     def _interrupt(self, reason: str, out: list[Decision]) -> None:
         """A real interruption: the bot's turn ends; the caller's goes on."""

@@ -80,6 +80,13 @@ class Overlap:
         loud_now = self.last_loud == position
         return loud_now and position - self.start >= _samples(cfg.lowered_hold_ms)
 
+    def fell_quiet(self, position: int, cfg: TurnTaking) -> bool:
+        """A silenced bot's caller quiet for `lowered_again_quiet_ms` though speech
+        detection still says speech: the speech is most likely over (`lowers_again`)."""
+        if cfg.lowered_again_quiet_ms <= 0 or not self.silenced or self.last_loud is None:
+            return False
+        return position - self.last_loud >= _samples(cfg.lowered_again_quiet_ms)
+
     def lowers_again(self) -> bool:
         """Whether a silenced bot plays on lowered now that the speech stopped, while its
         words are judged. Once: a caller who speaks again after that is talking, not

@@ -34,6 +34,9 @@ class TurnSettings(Protocol):
     def hold_lowered_ms(self) -> int: ...
 
     @property
+    def hold_quiet_lowers_ms(self) -> int: ...
+
+    @property
     def turn_judge_weights(self) -> str: ...
 
 
@@ -48,5 +51,6 @@ def turn_taking(settings: TurnSettings) -> TurnTaking:
         echo_margin_db=settings.echo_margin_db,
         hold_duck_db=settings.hold_duck_db,
         lowered_hold_ms=settings.hold_lowered_ms,
+        lowered_again_quiet_ms=settings.hold_quiet_lowers_ms,
         fused=fused_weights(settings.turn_judge_weights),
     )

@@ -147,3 +147,57 @@ def test_the_same_speech_well_after_the_answered_pause_is_played_into_lowered() 
     # 2 s after the caller stopped: past the window in which it could go on their turn.
     out = _going_on_after(2000)
     assert out.of(Silence) and out.of(Lower), out.decisions
+
+
+QUIET_LOWERS = TurnTaking(hold_duck_db=20.0, lowered_hold_ms=200, lowered_again_quiet_ms=60)
+
+
+def test_a_silenced_bot_comes_back_lowered_once_the_caller_is_quiet() -> None:
+    # Not 100 ms into the quiet, when speech detection calls the hum over: 60 ms in.
+    out = _over_the_reply(400, "Mhm.", QUIET_LOWERS)
+    [lowered] = out.at(Lower)
+    assert lowered <= OVER_BOT_MS + 400 + 60 + 20, out.decisions
+    assert out.at(Resume) and not out.of(Clear), out.decisions
+    waited = _longest_gap(_over_the_reply(400, "Mhm."), OVER_BOT_MS, OVER_BOT_MS + 1500)
+    quick = _longest_gap(out, OVER_BOT_MS, OVER_BOT_MS + 1500)
+    assert quick <= waited - 40, (quick, waited)
+
+
+def test_a_quiet_shorter_than_the_setting_inside_the_words_does_not_lower_the_bot() -> None:
+    # "O | kay": a 40 ms closure inside the word, after the bot was silenced.
+    out = run(
+        [Say(1500), Quiet(1500), Say(260), Quiet(40), Say(200)],
+        [Hears(1600, QUESTION, probability=0.6), Hears(99_000, "Okay.", probability=0.1)],
+        config=QUIET_LOWERS,
+    )
+    [silenced], [lowered] = out.at(Silence), out.at(Lower)
+    assert lowered > OVER_BOT_MS + 500, out.decisions  # after the word, not in it
+    assert out.heard_bot_between(silenced + 20, OVER_BOT_MS + 500) == 0
+
+
+def test_a_caller_quiet_and_then_loud_again_silences_the_bot_for_good() -> None:
+    # "I don't | understand | why": lowered in the first gap only, as with speech
+    # detection's stop, and silenced again as they go on.
+    out = run(
+        [Say(1500), Quiet(1500), Say(400), Quiet(200), Say(300), Quiet(200), Say(300)],
+        [
+            Hears(1600, QUESTION, probability=0.6),
+            Hears(3500, "", probability=0.1, hearing=Hearing.NOTHING),
+            Hears(99_000, "I don't understand why.", probability=0.8),
+        ],
+        config=QUIET_LOWERS,
+    )
+    assert len(out.of(Lower)) == 1 and len(out.of(Silence)) == 2, out.decisions
+    assert out.of(Clear) and not out.of(Resume), out.decisions
+
+
+def test_speech_right_after_the_answered_pause_is_not_played_into_when_it_falls_quiet() -> None:
+    out = run(
+        [Say(1500), Quiet(1100), Say(400)],
+        [
+            Hears(1600, "I would like to go", probability=0.6),
+            Hears(99_000, "to the library.", probability=0.1),
+        ],
+        config=QUIET_LOWERS,
+    )
+    assert out.of(Hold) and out.of(Silence) and not out.of(Lower), out.decisions
