@@ -255,10 +255,10 @@ class Settings:
     hold_quiet_lowers_ms: int = env_field(
         "HOLD_QUIET_LOWERS_MS",
         60,
-        "With HOLD_LOWERED_MS, a bot silenced under a caller plays on lowered once they "
-        "have been this quiet (under a caller's level), not ~150 ms after their last word "
-        "when speech detection calls it; quiet gaps inside words are shorter. 0 waits for "
-        "speech detection.",
+        "With HOLD_DUCK_DB and HOLD_LOWERED_MS, a bot silenced under a caller plays on "
+        "lowered once they have been this quiet (under a caller's level), not ~110 ms after "
+        "their last sound when speech detection calls it; 0 waits for speech detection. "
+        "The cascade agent's: the duplex gateway always waits.",
     )
     echo_margin_db: float = env_field(
         "ECHO_MARGIN_DB",

@@ -75,12 +75,14 @@ class TurnTaking:
     # judged. A real interruption is to be silent at the caller's ear within 250 ms of its
     # onset; this leaves a network hop and a frame for the `clear` (0: lowered throughout).
     lowered_hold_ms: int = 200
-    # ...and lowered again once the caller has been quiet this long (below a caller's
-    # level), without waiting for speech detection to call their speech over: it does so
-    # ~150 ms after the last word (100 ms of silence, Silero's own lag), which a
-    # backchannel pays as silence. Once per overlap, like the lowering at a stop: a
-    # caller loud again silences it again. Longer than most closures inside a word (the
-    # stop before "-kay"), which would spend the once (0: wait for speech detection).
+    # ...and lowered again once the caller has been quiet this long (under a caller's
+    # level), not when speech detection calls their speech over, ~110 ms after its last
+    # sound (p50; 170 ms p90), which a backchannel pays as silence. Once per overlap, as
+    # at a stop: a caller loud again silences it for good. The level cannot tell a pause
+    # between words from the end, so an interruption's first pause gets the lowered bot
+    # sooner (docs/benchmarks.md, `turns`: "A hum's end heard sooner", "A silenced bot
+    # lowered again once the caller falls quiet"). 0: wait for speech detection, as the
+    # engine's own defaults do; the app's HOLD_QUIET_LOWERS_MS is 60 ms.
     lowered_again_quiet_ms: int = 0
     # Short speech over the bot (a held bot) that is shorter than this and whose words
     # are a backchannel lets the bot go on.

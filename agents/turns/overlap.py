@@ -81,8 +81,9 @@ class Overlap:
         return loud_now and position - self.start >= _samples(cfg.lowered_hold_ms)
 
     def fell_quiet(self, position: int, cfg: TurnTaking) -> bool:
-        """A silenced bot's caller quiet for `lowered_again_quiet_ms` though speech
-        detection still says speech: the speech is most likely over (`lowers_again`)."""
+        """Whether a silenced bot's caller has been under a caller's level for
+        `lowered_again_quiet_ms`; asked while speech detection still says speech. (The
+        engine's only: the duplex gateway lowers at speech detection's stop.)"""
         if cfg.lowered_again_quiet_ms <= 0 or not self.silenced or self.last_loud is None:
             return False
         return position - self.last_loud >= _samples(cfg.lowered_again_quiet_ms)

@@ -174,6 +174,13 @@ def test_check_refuses_a_hold_duck_that_is_a_boost_or_too_deep_to_bring_back() -
     assert Settings.from_env({"HOLD_DUCK_DB": "20"}).hold_duck_db == 20.0
 
 
+def test_the_quiet_that_lowers_a_silenced_bot_reaches_the_turn_engine() -> None:
+    assert turn_taking(Settings.from_env({})).lowered_again_quiet_ms == 60
+    assert turn_taking(Settings.from_env({"HOLD_QUIET_LOWERS_MS": "0"})).lowered_again_quiet_ms == 0
+    with pytest.raises(SettingsError, match="HOLD_QUIET_LOWERS_MS"):
+        Settings.from_env({"HOLD_QUIET_LOWERS_MS": "-1"})
+
+
 def test_check_refuses_shared_servers_past_the_last_port() -> None:
     with pytest.raises(SettingsError, match="LLM_EMBEDDED_SHARED"):
         Settings.from_env({"LLM_EMBEDDED_SHARED": "-1"})
