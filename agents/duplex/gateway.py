@@ -25,6 +25,7 @@ import numpy as np
 
 from agents.cascade.agent import CarryOn, CascadeAgent
 from agents.conversation import Conversation, Speaker, Turn
+from agents.duplex.barge_in import GatewayBargeIn
 from agents.duplex.client import (
     WorkerBusy,
     WorkerDied,
@@ -36,13 +37,10 @@ from agents.duplex.handover import UnansweredInput
 from agents.duplex.pool import MAX_BUSY_HOPS, NoWorker, QueueFull
 from agents.duplex.protocol import Prepare, Result, pcm16_array
 from agents.inputs import Digits
-from agents.playback import PHONE_RATE, Playback
-from agents.turns.engine import Frame, Overlap, RecentFrames, TurnTaking
+from agents.playback import Playback
+from agents.turns.engine import TurnTaking
 from callevents import BargeIn, BotTurn, CallerTurn, EventSink, Fallback
-from callevents import Hold as HoldEvent
-from callevents import Resume as ResumeEvent
 from media.frontend import FrontEndOutput
-from media.vad import SpeechStarted, SpeechStopped
 
 if TYPE_CHECKING:
     from agents.duplex.pool import Lease, PoolMetrics
@@ -125,12 +123,14 @@ class DuplexAgent:
         # Barge-in at the gateway: the worker only hears the caller a unit at a time, so
         # the gateway holds the bot's audio itself at the caller's first loud words (the
         # engine's rule) and lets the worker's results decide what follows.
-        self._turns = turn_taking or TurnTaking()
-        self._overlap: Overlap | None = None
-        self._recent = RecentFrames()  # what an onset looked like before it was noticed
-        self._speaking = False
-        self._position = 0  # 16 kHz front-end samples seen
-        self._speech_stopped_at: float | None = None  # perf_counter, while held
+        self._barge_in = GatewayBargeIn(
+            playback,
+            turn_taking or TurnTaking(),
+            unit_ms=unit_ms,
+            cut=self._cut,
+            turn_id=lambda: self._bot_turn.turn_id if self._bot_turn else 0,
+            emit=self._emit,
+        )
 
     async def run(self, inputs: CallInputs) -> None:
         try:
@@ -216,7 +216,7 @@ class DuplexAgent:
                     raise KeypadUnsupported(f"{self.lease.url} takes no keypad input")
                 await self._session.send_keypad(item.digits)
                 continue
-            await self._watch_over_bot(item)
+            await self._barge_in.hear(item)
             pending.append(item.audio)
             probs.extend(item.probs)
             size += len(item.audio)
@@ -232,85 +232,12 @@ class DuplexAgent:
                 self._sent_at[seq] = time.perf_counter()
                 await self._session.send_unit(seq, unit, speech)
 
-    async def _watch_over_bot(self, out: FrontEndOutput) -> None:
-        """Hold the bot at the caller's first loud words over it; an interruption that
-        goes on as long as the cascade's barge-in clears it without waiting for the
-        worker (whose engine will have decided the same)."""
-        self._position = out.start_sample + len(out.audio)
-        audible = self.playback.audible()
-        frame = Frame(
-            end=self._position,
-            samples=len(out.audio),
-            level_db=out.level_db,
-            noise_floor_db=out.noise_floor_db,
-            echo_settled=out.echo_settled,
-            bot_audible=audible,
-            bot_level_db=self.playback.reference_level_db() if audible else -120.0,
-        )
-        try:
-            await self._watch_frame(frame, out)
-        finally:
-            self._recent.add(frame)
-
-    async def _watch_frame(self, frame: Frame, out: FrontEndOutput) -> None:
-        for event in out.events:
-            if isinstance(event, SpeechStarted):
-                self._speaking = True
-                self._speech_stopped_at = None
-                if self._overlap is None and self.playback.audible():
-                    self._overlap = Overlap(start=event.sample)
-                    self._overlap.count_from_onset(self._recent, self._turns)
-            elif isinstance(event, SpeechStopped):
-                self._speaking = False
-                if self._overlap is not None and not self.playback.holding:
-                    self._overlap = None  # never loud enough: the echo, or the room
-                elif self.playback.holding:
-                    self._speech_stopped_at = time.perf_counter()
-                    if self._overlap is not None and self._overlap.lowers_again():
-                        await self.playback.lower()
-        overlap = self._overlap
-        if overlap is None:
-            return
-        if not self.playback.holding:
-            overlap.count(frame, self._speaking, self._turns)
-            if overlap.holds(self._position, out.echo_settled, self._turns):
-                overlap.held_at = self._position
-                await self.playback.hold()
-                turn_id = self._bot_turn.turn_id if self._bot_turn else 0
-                self._emit(HoldEvent(turn_id=turn_id))
-        elif self._speaking:
-            overlap.count(frame, self._speaking, self._turns)  # when they were last loud
-            factor = 1 if out.echo_settled else 2
-            long_ms = self._turns.barge_in_min_speech_ms * factor
-            if self._position - overlap.start >= long_ms * RATE // 1000:
-                await self._cut("barge_in")
-            elif overlap.silences(self._position, self._turns):
-                overlap.silenced = True
-                await self.playback.silence()
-
     async def _cut(self, reason: str) -> None:
         """The caller has the turn: what they had not heard of the bot is dropped."""
         for heard in await self.playback.clear(reason):
             self.conversation.heard(heard.turn_id, heard.text)
             self._emit(BargeIn(turn_id=heard.turn_id, heard=heard.text, truncated=heard.truncated))
         self._bot_turn = None
-        self._overlap = None
-
-    async def _settle_hold(self, result: Result) -> None:
-        """A held bot, and the worker's word on the caller's speech: its turn (it yields,
-        or answers), or not, once the worker has heard the speech end."""
-        if result.yielded or result.caller_text:
-            await self._cut("barge_in")
-            return
-        stopped = self._speech_stopped_at
-        # The worker hears the end of the speech within a unit, and decides within the
-        # backchannel's allowance after that.
-        verdict_s = self._unit_ms / 1000 + self._turns.statement_min_silence_ms / 1000
-        if stopped is not None and time.perf_counter() - stopped >= verdict_s:
-            held_ms = await self.playback.resume() * 1000 // PHONE_RATE
-            self._overlap = None
-            self._speech_stopped_at = None
-            self._emit(ResumeEvent(held_ms=held_ms, reason="backchannel"))
 
     async def _receive_results(self) -> None:
         # A worker that keeps up answers each unit within its length of sending it; a
@@ -332,8 +259,7 @@ class DuplexAgent:
             await self._apply(result)
 
     async def _apply(self, result: Result) -> None:
-        if self.playback.holding:
-            await self._settle_hold(result)
+        await self._barge_in.settle(result)
         if result.caller_text:
             self._unanswered.answered()
             self.conversation.add_caller(result.caller_text)
