@@ -258,7 +258,7 @@ class Settings:
         "With HOLD_DUCK_DB and HOLD_LOWERED_MS, a bot silenced under a caller plays on "
         "lowered once they have been this quiet (under a caller's level), not ~110 ms after "
         "their last sound when speech detection calls it; 0 waits for speech detection. "
-        "The cascade agent's: the duplex gateway always waits.",
+        "The cascade agent's and the duplex gateway's.",
     )
     echo_margin_db: float = env_field(
         "ECHO_MARGIN_DB",

@@ -3,8 +3,8 @@
 The worker hears the caller a unit (about a second) at a time, too late to stop the bot
 for an interruption; the gateway hears every frame. So it applies the turn engine's own
 rule for speech over the bot (`Overlap`): hold the bot once the caller is loud like a
-caller, stop a lowered bot under speech that goes on, play it on lowered again when
-the speech stops, clear it for speech as long as an interruption, and otherwise leave
+caller, stop a lowered bot under speech that goes on, play it on lowered again once
+the caller falls quiet, clear it for speech as long as an interruption, and otherwise leave
 the verdict (a turn to answer, or a backchannel to play on through) to the worker.
 """
 
@@ -113,6 +113,10 @@ class GatewayBargeIn:
             elif overlap.silences(self._position, self.turns):
                 overlap.silenced = True
                 await self.playback.silence()
+            elif overlap.fell_quiet(self._position, self.turns) and overlap.lowers_again():
+                # As at speech detection's stop, which calls it ~110 ms after the last
+                # sound: a caller's hum costs them that much less of the bot.
+                await self.playback.lower()
 
     async def _cut(self, reason: str) -> None:
         self.forget()

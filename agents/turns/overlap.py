@@ -82,8 +82,7 @@ class Overlap:
 
     def fell_quiet(self, position: int, cfg: TurnTaking) -> bool:
         """Whether a silenced bot's caller has been under a caller's level for
-        `lowered_again_quiet_ms`; asked while speech detection still says speech. (The
-        engine's only: the duplex gateway lowers at speech detection's stop.)"""
+        `lowered_again_quiet_ms`; asked while speech detection still says speech."""
         if cfg.lowered_again_quiet_ms <= 0 or not self.silenced or self.last_loud is None:
             return False
         return position - self.last_loud >= _samples(cfg.lowered_again_quiet_ms)

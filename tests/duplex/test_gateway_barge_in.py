@@ -198,3 +198,41 @@ async def test_a_hum_shorter_than_the_lowered_hold_never_silences_the_bot() -> N
     assert call.clears() == ["hold"], call.events
     assert call.longest_gap(ONSET_MS, call.ms()) == 0
     assert call.playback.holding
+
+
+QUIET_LOWERS = TurnTaking(hold_duck_db=20.0, lowered_hold_ms=200, lowered_again_quiet_ms=60)
+
+
+async def test_a_silenced_bot_plays_on_lowered_once_the_caller_is_60_ms_quiet() -> None:
+    call = await _over_the_reply(QUIET_LOWERS, 500)
+    end_ms = ONSET_MS + 500
+    back_ms = min(ms for ms in call.audible_ms if ms > ONSET_MS + 220)
+    # Heard (lowered) again at the end of 60 ms of quiet, not at speech detection's stop
+    # 100 ms after the last sound; silent from the silence until then.
+    assert back_ms == end_ms + 60, call.audible_ms
+    silenced_ms = ONSET_MS + LOWERED.lowered_hold_ms
+    assert not [ms for ms in call.audible_ms if silenced_ms <= ms < back_ms], call.audible_ms
+    assert call.clears() == ["hold", "silence"], call.events
+    assert call.playback.holding and call.cuts == []
+
+
+async def test_a_40_ms_closure_inside_a_word_does_not_bring_the_bot_back() -> None:
+    call = Call(QUIET_LOWERS)
+    await call.reply()
+    await call.frames(ONSET_MS)
+    onset = call.position
+    await call.frames(STARTED_AFTER_MS, loud=True)
+    await call.frames(20, loud=True, events=(SpeechStarted(onset),))
+    await call.frames(200, loud=True)  # silenced by now
+    await call.frames(40)  # a stop consonant's closure
+    await call.frames(200, loud=True)
+    assert call.longest_gap(ONSET_MS + 220, call.ms()) >= call.ms() - (ONSET_MS + 240)
+    assert call.clears() == ["hold", "silence"], call.events
+
+
+async def test_lowered_again_once_a_caller_loud_again_silences_it_for_good() -> None:
+    call = await _over_the_reply(QUIET_LOWERS, 500)
+    await call.speech(300)  # they talk on after the hum
+    assert call.clears() == ["hold", "silence", "silence"], call.events
+    after_ms = ONSET_MS + 500 + STOPPED_AFTER_MS + 20 + 100
+    assert not [ms for ms in call.audible_ms if ms > after_ms], "lowered a second time"
