@@ -234,6 +234,8 @@ class CascadeDuplexBackend:
         if self._keys:
             self._keys_quiet += audio.size
             if self._keys_quiet >= self._samples(self.config.keypad_timeout_ms):
+                # The bot's audio played on while the caller pressed and waited.
+                self._playing_samples = max(0, self._playing_samples - audio.size)
                 self._advance(audio.size)
                 return self._outcome(await self._answer_keys(timings, interrupting=was_playing))
 
@@ -262,7 +264,15 @@ class CascadeDuplexBackend:
             ):
                 await self._maybe_backchannel(outcome)
         self._advance(audio.size)
-        if self._reply is not None and outcome.action == "listen" and not outcome.yielded:
+        # A reply's first audio goes out with the unit it was answered in, at the unit's
+        # end: until then it is unheard, and a caller going on later in the unit voids
+        # it (Reopen) before anything is sent.
+        unheard = not self._sent  # nothing of the reply handed out yet
+        if (
+            self._reply is not None
+            and outcome.action == "listen"
+            and (unheard or not outcome.yielded)
+        ):
             piece = await self._next_piece(timings)
             _merge(outcome, piece)
         return self._outcome(outcome)
@@ -372,11 +382,14 @@ class CascadeDuplexBackend:
                 case Reprompt():
                     _merge(outcome, await self._say(self.config.reprompt, timings))
                 case Reopen():
+                    # The caller went on before the reply was heard: it is void, and
+                    # their turn, not over after all, is not reported answered.
                     if self._reply is not None:
                         self._reply.cancel()
                         self._reply = None
                     if decision.restore and self._turns and self._turns[-1]["role"] == "user":
                         self._turns.pop()
+                        outcome.caller_text = ""
                     self.engine.reply_done()
                 case Clear():
                     self._yield_turn()
@@ -439,9 +452,9 @@ class CascadeDuplexBackend:
             self.llm.stream(self.messages), self._synthesize, name="duplex-llm"
         )
         self._sent = []
-        outcome = await self._next_piece(timings)
-        outcome.caller_text = caller_text
-        return outcome
+        # The LLM writes while the rest of the unit is heard; the first clauses go out
+        # at its end (`process_unit`).
+        return UnitOutcome(caller_text=caller_text, timings=timings)
 
     async def _answer_keys(self, timings: dict[str, float], *, interrupting: bool) -> UnitOutcome:
         """Key presses are the caller's turn: the bot stops talking and answers them."""
@@ -451,6 +464,7 @@ class CascadeDuplexBackend:
             self._yield_turn()
         self.engine.caller_reset()
         outcome = await self._reply_to(text, timings)
+        _merge(outcome, await self._next_piece(timings))
         outcome.yielded = interrupting
         return outcome
 

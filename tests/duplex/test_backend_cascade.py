@@ -163,6 +163,44 @@ async def test_speaks_after_a_pause_and_continues_over_the_next_units() -> None:
     assert llm.seen[0][0] == {"role": "system", "content": "be brief"}
 
 
+async def test_a_caller_going_on_in_the_unit_they_were_answered_in_voids_the_reply() -> None:
+    """The reply's audio goes out at the end of the unit it was answered in: a caller who
+    goes on before then has heard none of it, so none is sent, and their turn, not over
+    after all, is answered whole once they stop."""
+    stt, llm = FakeStt("What time is it?"), FakeLlm()
+    backend = await prepared(make(stt=stt, llm=llm))
+    await backend.process_unit(speech(1.0))
+    paused = await backend.process_unit(np.concatenate((speech(0.3), silence(0.4), speech(0.3))))
+    assert stt.heard  # the pause was judged the turn's end...
+    assert paused.action == "listen" and not paused.audio.size  # ...and nothing went out
+    assert paused.caller_text == "" and not paused.yielded
+    assert {"role": "user", "content": "What time is it?"} not in backend.messages
+
+    stt.text = "What time is it in Lisbon?"
+    answered = await backend.process_unit(np.concatenate((speech(0.2), silence(0.8))))
+    assert answered.action == "speak" and answered.caller_text == "What time is it in Lisbon?"
+    # Whisper heard the reopened turn from its start: 2.1 s of speech in three units
+    # (the pause inside it cut to 300 ms, as for any turn).
+    assert stt.heard[-1] >= int(2.1 * RATE)
+    assert [m for m in backend.messages if m["role"] == "user"] == [
+        {"role": "user", "content": "What time is it in Lisbon?"}
+    ]
+
+
+async def test_a_caller_going_on_after_the_answered_unit_is_talking_over_the_bot() -> None:
+    """Once the unit it was answered in is out, the reply is playing at the caller:
+    speech now is over the bot, not a turn reopened."""
+    stt = FakeStt("What time is it?")
+    backend = await prepared(make(stt=stt))
+    await backend.process_unit(speech(1.0))
+    first = await backend.process_unit(np.concatenate((speech(0.3), silence(0.7))))
+    assert first.action == "speak" and first.caller_text == "What time is it?"
+    stt.text = "Mm-hmm."
+    over = await backend.process_unit(np.concatenate((speech(0.3), silence(0.7))))
+    assert over.action == "speak" and not over.yielded  # a short sound: the bot goes on
+    assert {"role": "user", "content": "What time is it?"} in backend.messages
+
+
 async def test_the_end_of_turn_model_holds_the_reply_until_the_silence_is_long() -> None:
     turn = FakeTurn(prob=0.1)  # "the caller is not done"
     backend = await prepared(make(stt=FakeStt("what time is it"), turn=turn))  # no "?"
@@ -183,9 +221,10 @@ async def test_caller_talking_over_pending_audio_yields() -> None:
 
     barge = await backend.process_unit(speech(1.0))
     assert barge.yielded and barge.action == "listen" and not barge.audio.size
-    # The bot's turn is cut to what the caller heard of it: the audio still queued
-    # ahead of them when they took the turn was not.
-    assert backend.messages[-1] == {"role": "assistant", "content": "Sure. It is —"}
+    # The bot's turn is cut to what the caller heard of it: its audio went out at the
+    # end of the unit it was answered in, and the caller took the turn 0.6 s into the
+    # next; the rest, still queued ahead of them, was not heard.
+    assert backend.messages[-1] == {"role": "assistant", "content": "Sure. —"}
 
     # The barge-in is the start of the caller's next turn.
     stt.text = "no thanks"
@@ -193,6 +232,18 @@ async def test_caller_talking_over_pending_audio_yields() -> None:
     assert after.action == "speak" and after.caller_text == "no thanks"
     # Whisper heard the whole interruption, from just before its onset to its end.
     assert RATE <= stt.heard[-1] <= RATE + RATE // 2
+
+
+async def test_an_interruption_answered_within_its_unit_clears_and_speaks_at_once() -> None:
+    """The gateway clears the old reply, then plays the new one from the same unit."""
+    stt = FakeStt()
+    backend = await prepared(make(stt=stt), barge_in_min_speech_ms=600)
+    await backend.process_unit(speech(1.0))
+    await backend.process_unit(np.concatenate((speech(0.3), silence(0.7))))
+    stt.text = "No, tomorrow?"
+    outcome = await backend.process_unit(np.concatenate((speech(0.65), silence(0.35))))
+    assert outcome.yielded and outcome.caller_text == "No, tomorrow?"
+    assert outcome.action == "speak" and outcome.text == "Sure. It is noon."
 
 
 async def test_a_short_sound_over_the_bot_does_not_stop_it() -> None:
@@ -301,7 +352,8 @@ async def test_a_barge_in_stops_the_llm_writing() -> None:
     assert barge.yielded
     await asyncio.sleep(0)
     assert llm.cancelled
-    assert backend.messages[-1] == {"role": "assistant", "content": "Sure thing. Let me see. —"}
+    # Heard: the reply's first 0.6 s, played from the end of the answered unit.
+    assert backend.messages[-1] == {"role": "assistant", "content": "Sure thing. —"}
 
 
 async def test_an_llm_failure_mid_reply_ends_the_turn_with_what_was_said() -> None:
@@ -389,9 +441,10 @@ async def test_keys_pressed_while_the_bot_talks_stop_it() -> None:
     await backend.keypad("0")
     outcome = await backend.process_unit(silence(1.0))
     assert outcome.yielded and outcome.caller_text.startswith("(The caller pressed 0")
-    # The interrupted turn keeps what the caller heard; the keys follow it.
+    # The interrupted turn keeps what the caller heard (the reply played through the
+    # unit in which they pressed and waited: 1 s of its 1.2 s); the keys follow it.
     assert backend.messages[-2:] == [
-        {"role": "assistant", "content": "Sure. —"},
+        {"role": "assistant", "content": "Sure. It is —"},
         {"role": "user", "content": "(The caller pressed 0 on the keypad.)"},
     ]
 
