@@ -127,6 +127,7 @@ class CascadeDuplexBackend:
     # Per-session state, set by _reset.
     _reply: SpokenReply | None
     _playing_samples: int
+    _line_samples: int | None  # samples of a fixed line going out at this unit's end
     _keys: str
     _keys_quiet: int
 
@@ -266,7 +267,12 @@ class CascadeDuplexBackend:
         self._advance(audio.size)
         # A reply's first audio goes out with the unit it was answered in, at the unit's
         # end: until then it is unheard, and a caller going on later in the unit voids
-        # it (Reopen) before anything is sent.
+        # it (Reopen) before anything is sent. So does a fixed line.
+        if self._line_samples is not None:
+            self._playing_samples += self._line_samples
+            self._line_samples = None
+            self.engine.reply_audible()
+            self.engine.reply_done()
         unheard = not self._sent  # nothing of the reply handed out yet
         if (
             self._reply is not None
@@ -343,6 +349,7 @@ class CascadeDuplexBackend:
         self._reply: SpokenReply | None = None  # the reply being written and handed out
         self._sent: list[tuple[str, int]] = []  # reply text handed out, with its samples
         self._playing_samples = 0  # bot audio handed out and not yet played (caller clock)
+        self._line_samples = None
         self._keys = ""  # keypad digits not yet answered
         self._keys_quiet = 0  # caller samples since the last key press
 
@@ -383,10 +390,17 @@ class CascadeDuplexBackend:
                     _merge(outcome, await self._say(self.config.reprompt, timings))
                 case Reopen():
                     # The caller went on before the reply was heard: it is void, and
-                    # their turn, not over after all, is not reported answered.
+                    # their turn, when restored (not over after all), is not reported
+                    # answered.
                     if self._reply is not None:
                         self._reply.cancel()
                         self._reply = None
+                    if self._line_samples is not None:  # a fixed line, not sent after all
+                        self._line_samples = None
+                        self._turns.pop()
+                        outcome.action, outcome.text = "listen", ""
+                        outcome.audio = np.zeros(0, dtype=np.float32)
+                        outcome.end_of_turn = False
                     if decision.restore and self._turns and self._turns[-1]["role"] == "user":
                         self._turns.pop()
                         outcome.caller_text = ""
@@ -422,15 +436,14 @@ class CascadeDuplexBackend:
     async def _say(
         self, text: str, timings: dict[str, float], *, last: bool = False
     ) -> UnitOutcome:
-        """A fixed line (the reprompt, the farewell): its own bot turn, kept in history."""
+        """A fixed line (the reprompt, the farewell): its own bot turn, kept in history.
+        Heard from the unit's end, as a reply is (`process_unit`)."""
         self.engine.reply_started(last=last)
         started = time.perf_counter()
         audio = await asyncio.to_thread(self.tts.synthesize, text)
         timings["tts"] = (time.perf_counter() - started) * 1000
         self._turns.append({"role": "assistant", "content": text})
-        self._playing_samples += audio.size * CALLER_RATE // self.tts.sample_rate
-        self.engine.reply_audible()
-        self.engine.reply_done()
+        self._line_samples = audio.size * CALLER_RATE // self.tts.sample_rate
         return UnitOutcome(
             action="speak",
             text=text,

@@ -16,6 +16,7 @@ from agents.cascade.stt import Transcript
 from agents.duplex.cascade_backend import CascadeDuplexBackend, CascadeDuplexConfig
 from agents.duplex.protocol import Prepare
 from agents.errors import BackendError, TextToSpeechError
+from agents.turns.engine import Answer, Decision, Evaluation, Frame, Reopen
 
 RATE = 16000
 CLAUSE_S = 0.6  # each synthesised clause lasts this long
@@ -101,6 +102,27 @@ def make(
     )
 
 
+def record_decisions(backend: CascadeDuplexBackend) -> list[Decision]:
+    """Every decision the backend's turn engine makes from here on, in order."""
+    decided: list[Decision] = []
+    engine = backend.engine
+    frame, evaluated = engine.frame, engine.evaluated
+
+    def frame_and_record(f: Frame) -> list[Decision]:
+        out = frame(f)
+        decided.extend(out)
+        return out
+
+    def evaluated_and_record(result: Evaluation) -> list[Decision]:
+        out = evaluated(result)
+        decided.extend(out)
+        return out
+
+    engine.frame = frame_and_record  # type: ignore[method-assign]
+    engine.evaluated = evaluated_and_record  # type: ignore[method-assign]
+    return decided
+
+
 async def prepared(backend: CascadeDuplexBackend, **config: object) -> CascadeDuplexBackend:
     await backend.prepare(Prepare(system_prompt="be brief", config=dict(config)))
     return backend
@@ -169,10 +191,13 @@ async def test_a_caller_going_on_in_the_unit_they_were_answered_in_voids_the_rep
     after all, is answered whole once they stop."""
     stt, llm = FakeStt("What time is it?"), FakeLlm()
     backend = await prepared(make(stt=stt, llm=llm))
+    decided = record_decisions(backend)
     await backend.process_unit(speech(1.0))
     paused = await backend.process_unit(np.concatenate((speech(0.3), silence(0.4), speech(0.3))))
-    assert stt.heard  # the pause was judged the turn's end...
-    assert paused.action == "listen" and not paused.audio.size  # ...and nothing went out
+    # The pause was judged the turn's end, and the caller went on before the unit's end...
+    assert [type(d) for d in decided if isinstance(d, Answer | Reopen)] == [Answer, Reopen]
+    assert [d.restore for d in decided if isinstance(d, Reopen)] == [True]
+    assert paused.action == "listen" and not paused.audio.size  # ...so nothing went out
     assert paused.caller_text == "" and not paused.yielded
     assert {"role": "user", "content": "What time is it?"} not in backend.messages
 
@@ -185,6 +210,22 @@ async def test_a_caller_going_on_in_the_unit_they_were_answered_in_voids_the_rep
     assert [m for m in backend.messages if m["role"] == "user"] == [
         {"role": "user", "content": "What time is it in Lisbon?"}
     ]
+
+
+async def test_a_reprompt_is_not_said_to_a_caller_who_goes_on_in_its_unit() -> None:
+    for goes_on in (False, True):
+        backend = await prepared(make(stt=FakeStt("")))  # speech, but no words made out
+        await backend.process_unit(speech(1.0))
+        await backend.process_unit(np.concatenate((speech(0.3), silence(0.7))))
+        tail = speech(0.4) if goes_on else silence(0.4)
+        outcome = await backend.process_unit(np.concatenate((silence(0.6), tail)))
+        reprompted = {"role": "assistant", "content": CascadeDuplexConfig().reprompt}
+        if goes_on:
+            assert outcome.action == "listen" and not outcome.audio.size
+            assert not outcome.end_of_turn and reprompted not in backend.messages
+        else:
+            assert outcome.action == "speak" and outcome.text == reprompted["content"]
+            assert outcome.end_of_turn and backend.messages[-1] == reprompted
 
 
 async def test_a_caller_going_on_after_the_answered_unit_is_talking_over_the_bot() -> None:
